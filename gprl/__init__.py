@@ -1,0 +1,7 @@
+"""gprl: GPU tree genetic programming for interpretable control policies, regression and classification."""
+
+from . import functions
+from .population import Population
+
+__all__ = ["Population", "functions"]
+__version__ = "0.1.0"

@@ -1,0 +1,98 @@
+"""Compiles the custom ops in kernels/ on first use and loads them into ``torch.ops.gprl``.
+
+The build is keyed by a hash of the sources, the torch build and the compile flags, and cached under
+``$GPRL_CACHE`` (default ``~/.cache/gprl``), so it happens once per machine and source version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+_loaded = False
+_has_cuda_kernels = False
+
+CXX_FLAGS = ["-O3", "-std=c++17"]
+NVCC_FLAGS = ["-O3", "-std=c++17", "--expt-relaxed-constexpr"]
+
+
+def kernel_dir() -> Path:
+    """kernels/ beside gprl/ in a source checkout, else the installed gprl.kernels package."""
+    sibling = Path(__file__).resolve().parent.parent / "kernels"
+    if (sibling / "nodes.h").exists():
+        return sibling
+    return Path(str(importlib.resources.files("gprl.kernels")))
+
+
+def _cuda_toolkit() -> str | None:
+    """The CUDA toolkit's nvcc if torch is a CUDA build and a GPU is present, else None."""
+    if torch.version.cuda is None or not torch.cuda.is_available():
+        return None
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    nvcc = shutil.which("nvcc") or (CUDA_HOME and os.path.join(CUDA_HOME, "bin", "nvcc"))
+    if not nvcc or not os.path.exists(nvcc):
+        print(
+            f"gprl: torch {torch.__version__} has CUDA {torch.version.cuda} but no CUDA compiler (nvcc) was found, "
+            f"so only the CPU kernels are built. Install the CUDA toolkit {torch.version.cuda} "
+            f"(e.g. `pip install nvidia-cuda-nvcc-cu{torch.version.cuda.split('.')[0]}` or your distribution's "
+            "cuda-toolkit) and set CUDA_HOME to it.",
+            file=sys.stderr,
+        )
+        return None
+    return nvcc
+
+
+def load() -> None:
+    """Builds (first time only) and loads the kernels; safe to call repeatedly."""
+    global _loaded, _has_cuda_kernels
+    if _loaded:
+        return
+    src = kernel_dir()
+    use_cuda = _cuda_toolkit() is not None
+    sources = sorted(src.glob("*.cpp")) + (sorted(src.glob("*.cu")) if use_cuda else [])
+    digest = hashlib.sha256()
+    for f in sorted(src.glob("*.h")) + sources:
+        digest.update(f.name.encode() + f.read_bytes())
+    arch = os.environ.get("TORCH_CUDA_ARCH_LIST", "") if use_cuda else ""
+    digest.update(f"{torch.__version__}|{sys.version_info[:2]}|{CXX_FLAGS}|{NVCC_FLAGS}|{arch}".encode())
+    name = f"gprl_ops_{digest.hexdigest()[:16]}"
+    build_dir = Path(os.environ.get("GPRL_CACHE", Path.home() / ".cache" / "gprl")) / name
+    library = build_dir / f"{name}.so"
+    if not library.exists():
+        build_dir.mkdir(parents=True, exist_ok=True)
+        what = "CPU + CUDA" if use_cuda else "CPU"
+        print(f"gprl: compiling {what} kernels once into {build_dir} (about a minute)", file=sys.stderr, flush=True)
+        from torch.utils.cpp_extension import load as cpp_load
+
+        try:
+            cpp_load(
+                name=name,
+                sources=[str(s) for s in sources],
+                extra_cflags=CXX_FLAGS,
+                extra_cuda_cflags=NVCC_FLAGS,
+                extra_include_paths=[str(src)],
+                build_directory=str(build_dir),
+                is_python_module=False,
+                with_cuda=use_cuda,
+                verbose=False,
+            )
+        except Exception as e:  # compiler missing or failing: one message that says what to do
+            raise RuntimeError(
+                f"gprl: building the kernels failed ({e}). A C++17 compiler (g++ or clang++) is needed; "
+                "see the build log above."
+            ) from e
+    else:
+        torch.ops.load_library(str(library))
+    _loaded, _has_cuda_kernels = True, use_cuda
+
+
+def has_cuda_kernels() -> bool:
+    load()
+    return _has_cuda_kernels

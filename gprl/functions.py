@@ -1,0 +1,200 @@
+"""The function set: one table of every node function with its exact semantics.
+
+The kernels implement the same table in ``kernels/nodes.h`` (ids, arities, protection); this module gives
+each function its sympy form (for export and parsing) and its NumPy form (for exported policies and the
+lambdified formulas). Exact semantics, in float32, with EPS = 1e-6 and BOUND = 3.40282347e38:
+
+=========  =====  ==========================================  =====================================
+name       arity  value                                       sympy form
+=========  =====  ==========================================  =====================================
+add        2      a + b                                        a + b
+sub        2      a - b                                        a - b
+mul        2      a * b                                        a*b
+div        2      1 if |b| < EPS else a / b                    pdiv(a, b)
+sin/cos    1      sin a, cos a                                 sin(a), cos(a)
+tan        1      tan a                                        tan(a)
+exp        1      e**a                                         exp(a)
+log        1      0 if |a| < EPS else ln|a|                    plog(a)
+sqrt       1      sqrt(|a|)                                    sqrt(Abs(a))
+abs, neg   1      |a|, -a                                      Abs(a), -a
+inv        1      1 if |a| < EPS else 1 / a                    pinv(a)
+pow        2      |a| ** b                                     Abs(a)**b
+max, min   2      max(a, b), min(a, b)                         Max(a, b), Min(a, b)
+tanh       1      tanh a                                       tanh(a)
+sigmoid    1      1 / (1 + e**-a)                              1/(1 + exp(-a))
+lt, gt     2      +1 if a < b (a > b) else -1                  Piecewise((1, a < b), (-1, True))
+if         3      b if a > 0 else c                            Piecewise((b, a > 0), (c, True))
+=========  =====  ==========================================  =====================================
+
+Every result that overflows to +-inf saturates at +-BOUND (float32's largest finite value); NaN arises only
+from NaN inputs, which the public API rejects. Exported formulas evaluate in float64 and so reproduce the
+kernels up to float32 rounding wherever no intermediate value overflows float32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import sympy
+
+EPS = 1e-6
+BOUND = float(np.finfo(np.float32).max)
+
+
+# ---- protected functions as sympy functions: they print compactly and evaluate exactly ----
+class _RealFunction(sympy.Function):
+    """Real for real arguments, so sympy keeps Abs/sqrt of them real instead of splitting re/im."""
+
+    def _eval_is_extended_real(self):
+        return all(a.is_extended_real for a in self.args) or None
+
+
+class pdiv(_RealFunction):  # noqa: N801 (sympy function names are lower case)
+    """Protected division: 1 where |b| < 1e-6."""
+
+    nargs = 2
+
+    @classmethod
+    def eval(cls, a, b):
+        if a.is_Number and b.is_Number:
+            return sympy.Integer(1) if abs(b) < EPS else a / b
+        return None
+
+    def _latex(self, printer):
+        a, b = (printer._print(x) for x in self.args)
+        return r"\frac{%s}{%s}" % (a, b)
+
+
+class pinv(_RealFunction):  # noqa: N801
+    """Protected inverse: 1 where |a| < 1e-6."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, a):
+        if a.is_Number:
+            return sympy.Integer(1) if abs(a) < EPS else 1 / a
+        return None
+
+    def _latex(self, printer):
+        return r"\frac{1}{%s}" % printer._print(self.args[0])
+
+
+class plog(_RealFunction):  # noqa: N801
+    """Protected logarithm: ln|a|, 0 where |a| < 1e-6."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, a):
+        if a.is_Number:
+            return sympy.Integer(0) if abs(a) < EPS else sympy.log(abs(a))
+        return None
+
+    def _latex(self, printer):
+        return r"\ln\left|%s\right|" % printer._print(self.args[0])
+
+
+def _np_pdiv(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    small = np.abs(b) < EPS
+    return np.clip(np.where(small, 1.0, a / np.where(small, 1.0, b)), -BOUND, BOUND)
+
+
+def _np_pinv(a):
+    return _np_pdiv(1.0, a)
+
+
+def _np_plog(a):
+    a = np.abs(np.asarray(a, dtype=np.float64))
+    small = a < EPS
+    return np.where(small, 0.0, np.log(np.where(small, 1.0, a)))
+
+
+# Names lambdify needs beyond NumPy's own: pass ``modules=[NUMPY_FUNCTIONS, "numpy"]``.
+NUMPY_FUNCTIONS: dict[str, Callable] = {"pdiv": _np_pdiv, "pinv": _np_pinv, "plog": _np_plog}
+SYMPY_FUNCTIONS: dict[str, type] = {"pdiv": pdiv, "pinv": pinv, "plog": plog}
+
+
+def _np_clip(v):
+    return np.clip(v, -BOUND, BOUND)
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    id: int  # the kernels' id (kernels/nodes.h, enum Fn)
+    arity: int
+    sympy: Callable  # sympy args -> sympy expression
+    numpy: Callable  # float64 arrays -> array, same semantics as the kernel (saturation included)
+
+
+def _sigmoid_np(a):
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-a))
+
+
+def _pow_np(a, b):
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        return _np_clip(np.power(np.abs(a), b))
+
+
+def _exp_np(a):
+    with np.errstate(over="ignore"):
+        return _np_clip(np.exp(a))
+
+
+FUNCTIONS: tuple[Function, ...] = (
+    Function("add", 0, 2, lambda a, b: a + b, lambda a, b: _np_clip(a + b)),
+    Function("sub", 1, 2, lambda a, b: a - b, lambda a, b: _np_clip(a - b)),
+    Function("mul", 2, 2, lambda a, b: a * b, lambda a, b: _np_clip(a * b)),
+    Function("div", 3, 2, pdiv, _np_pdiv),
+    Function("sin", 4, 1, sympy.sin, np.sin),
+    Function("cos", 5, 1, sympy.cos, np.cos),
+    Function("tan", 6, 1, sympy.tan, lambda a: _np_clip(np.tan(a))),
+    Function("exp", 7, 1, sympy.exp, _exp_np),
+    Function("log", 8, 1, plog, _np_plog),
+    Function("sqrt", 9, 1, lambda a: sympy.sqrt(sympy.Abs(a)), lambda a: np.sqrt(np.abs(a))),
+    Function("abs", 10, 1, sympy.Abs, np.abs),
+    Function("neg", 11, 1, lambda a: -a, np.negative),
+    Function("inv", 12, 1, pinv, _np_pinv),
+    Function("pow", 13, 2, lambda a, b: sympy.Abs(a) ** b, _pow_np),
+    Function("max", 14, 2, sympy.Max, np.fmax),
+    Function("min", 15, 2, sympy.Min, np.fmin),
+    Function("tanh", 16, 1, sympy.tanh, np.tanh),
+    Function("sigmoid", 17, 1, lambda a: 1 / (1 + sympy.exp(-a)), _sigmoid_np),
+    Function("lt", 18, 2, lambda a, b: sympy.Piecewise((1, a < b), (-1, True)),
+             lambda a, b: np.where(a < b, 1.0, -1.0)),
+    Function("gt", 19, 2, lambda a, b: sympy.Piecewise((1, a > b), (-1, True)),
+             lambda a, b: np.where(a > b, 1.0, -1.0)),
+    Function("if", 20, 3, lambda a, b, c: sympy.Piecewise((b, a > 0), (c, True)),
+             lambda a, b, c: np.where(a > 0, b, c)),
+)
+BY_NAME: dict[str, Function] = {f.name: f for f in FUNCTIONS}
+NUM_FUNCTIONS = len(FUNCTIONS)
+ARITY = tuple(f.arity for f in FUNCTIONS)
+
+# Aliases users type; each maps to one table entry.
+ALIASES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "protected_div": "div", "ifgt": "if", "ite": "if"}
+
+DEFAULT_FUNCTIONS = ("add", "sub", "mul", "div")
+
+
+def function_weights(functions: Sequence[str] | dict[str, float] | None = None) -> list[float]:
+    """Per-id sampling weights for a user's choice: a list of names (equal weights) or {name: weight}."""
+    if functions is None:
+        functions = DEFAULT_FUNCTIONS
+    items = functions.items() if isinstance(functions, dict) else ((name, 1.0) for name in functions)
+    weights = [0.0] * NUM_FUNCTIONS
+    for name, w in items:
+        key = ALIASES.get(name, name)
+        if key not in BY_NAME:
+            raise ValueError(f"functions: unknown function {name!r}; choose from {sorted(BY_NAME)}")
+        if not (float(w) >= 0.0) or not np.isfinite(float(w)):
+            raise ValueError(f"functions: weight of {name!r} must be a finite number >= 0, got {w!r}")
+        weights[BY_NAME[key].id] += float(w)
+    if sum(weights) <= 0:
+        raise ValueError("functions: choose at least one function with a positive weight")
+    return weights

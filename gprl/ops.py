@@ -1,0 +1,48 @@
+"""Thin access to the custom ops (``torch.ops.gprl.*``) plus their fake implementations.
+
+The fake (meta) implementations give output shapes without computing, so the ops trace under
+torch.compile and pass ``torch.library.opcheck``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _build
+
+_build.load()
+ops = torch.ops.gprl
+
+
+@torch.library.register_fake("gprl::generate")
+def _generate_fake(func_weights, pop_size, max_len, n_in, n_out, method, min_depth, max_depth, leaf_prob,
+                   const_prob, const_low, const_high, output_prob, seed):
+    shape, dev = (pop_size, max_len), func_weights.device
+    return (torch.empty(shape, dtype=torch.uint8, device=dev), torch.empty(shape, dtype=torch.int16, device=dev),
+            torch.empty(shape, dtype=torch.uint8, device=dev), torch.empty(shape, dtype=torch.float32, device=dev),
+            torch.empty(shape, dtype=torch.int16, device=dev))
+
+
+@torch.library.register_fake("gprl::node_depth")
+def _node_depth_fake(size):
+    return torch.empty_like(size)
+
+
+@torch.library.register_fake("gprl::validate")
+def _validate_fake(kind, code, out, value, size, n_in, n_out):
+    return kind.new_empty((kind.shape[0],), dtype=torch.int32)
+
+
+@torch.library.register_fake("gprl::forward")
+def _forward_fake(kind, code, out, value, size, X, n_out, max_stack):
+    return X.new_empty((kind.shape[0], X.shape[0], n_out))
+
+
+@torch.library.register_fake("gprl::forward_batched")
+def _forward_batched_fake(kind, code, out, value, size, X, n_out, max_stack):
+    return X.new_empty((kind.shape[0], X.shape[1], n_out))
+
+
+@torch.library.register_fake("gprl::fitness")
+def _fitness_fake(kind, code, out, value, size, X, y, weight, metric, max_stack):
+    return X.new_empty((kind.shape[0],))

@@ -1,0 +1,584 @@
+"""A population of expression trees held as five ``[P, max_len]`` tensors on one device.
+
+Encoding (the one place it is documented; ``kernels/nodes.h`` implements it):
+
+* Trees are in **prefix order**, left-aligned and padded to ``max_len``. Node ``i`` of a tree roots the
+  subtree ``[i, i + size[i])``; the tree's length is ``size[:, 0]``.
+* ``kind``  uint8:  0 PAD, 1 VAR, 2 CONST, 3 FUNC; bit 4 (``OUTPUT_FLAG``) marks a FUNC node as a Modi
+  output node.
+* ``code``  int16:  the variable index of a VAR node, the function id (``gprl.functions``) of a FUNC node,
+  0 otherwise.
+* ``out``   uint8:  the output index of a Modi node, 0 otherwise (so ``n_out <= 256``).
+* ``value`` float32: the constant of a CONST node, 0 otherwise.
+* ``size``  int16:  the subtree size of every node, 0 for padding.
+
+Padding nodes are all zeros, and fields a node does not use are 0, so equal trees are equal tensors.
+10 bytes per node: 10^6 trees of 512 nodes take 5.1 GB.
+
+**Outputs (Modi semantics).** A tree computes ``n_out`` outputs, all starting at 0. A Modi node computes
+its function, adds that value to its output, and passes the value of its last (rightmost) child up to its
+parent. The root, unless it is itself a Modi node, adds its value to output 0; so a tree without Modi
+nodes is an ordinary single-output expression.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import sympy
+import torch
+
+from . import functions as F
+
+PAD, VAR, CONST, FUNC = 0, 1, 2, 3
+KIND_MASK, OUTPUT_FLAG = 0x03, 0x04
+MAX_LEN_LIMIT = 4096  # int16 sizes and shared-memory staging of a tree in the CUDA kernels
+MAX_OUTPUTS = 256
+MAX_DEPTH_LIMIT = 64  # the generator's depth bound (kernels/trees.h)
+METRICS = {"mse": 0, "mae": 1, "rmse": 2}
+METHODS = {"grow": 0, "full": 1, "ramped": 2}
+TREE_ERRORS = {
+    1: "length (size[0]) is outside 1..max_len",
+    2: "a node kind is not PAD/VAR/CONST/FUNC, or a non-function node carries the output flag",
+    3: "prefix structure is broken (padding inside the tree, a function lacking children, or extra nodes)",
+    4: "a subtree size does not match the structure",
+    5: "a function id is unknown",
+    6: "a variable index is >= n_in",
+    7: "a Modi output index is >= n_out",
+    8: "a constant is not finite",
+    9: "padding after the tree is not all zeros",
+    10: "a field the node does not use is not 0",
+}
+
+
+def _arity_table(device: torch.device) -> torch.Tensor:
+    return torch.tensor(F.ARITY, dtype=torch.int32, device=device)
+
+
+def _seed_from(seed: int | torch.Generator | None) -> int:
+    """A 62-bit kernel seed: an int as given, else drawn from a torch Generator (default: torch's global)."""
+    if isinstance(seed, bool) or (seed is not None and not isinstance(seed, (int, np.integer, torch.Generator))):
+        raise TypeError(f"seed must be an int, a torch.Generator or None, got {type(seed).__name__}")
+    if isinstance(seed, (int, np.integer)):
+        return int(seed) & ((1 << 62) - 1)
+    return int(torch.randint(0, 2**62, (1,), generator=seed).item())
+
+
+def _as_data(x, name: str, device: torch.device) -> torch.Tensor:
+    """Validates and converts user data to a float32 tensor on `device`."""
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(x)
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or numpy array, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must have a floating dtype, got {x.dtype}; convert it with {name}.float()")
+    if x.device != device:
+        raise ValueError(f"{name} is on {x.device} but the population is on {device}; move it with "
+                         f"{name}.to('{device}') or the population with .to('{x.device}')")
+    x = x.to(torch.float32).contiguous()
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} contains NaN or inf values; clean or impute them first")
+    return x
+
+
+@dataclass
+class Population:
+    kind: torch.Tensor
+    code: torch.Tensor
+    out: torch.Tensor
+    value: torch.Tensor
+    size: torch.Tensor
+    n_in: int
+    n_out: int = 1
+
+    def __post_init__(self):
+        names = ("kind", "code", "out", "value", "size")
+        dtypes = (torch.uint8, torch.int16, torch.uint8, torch.float32, torch.int16)
+        for name, dtype in zip(names, dtypes):
+            t = getattr(self, name)
+            if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.dim() != 2:
+                raise TypeError(f"Population.{name} must be a 2-D {dtype} tensor")
+            if t.shape != self.kind.shape or t.device != self.kind.device:
+                raise ValueError(f"Population.{name} must match kind's shape {tuple(self.kind.shape)} and device")
+            setattr(self, name, t.contiguous())
+        _check_dims(self.n_in, self.n_out, self.kind.shape[1])
+
+    # ---- construction ----
+    @classmethod
+    def random(
+        cls,
+        pop_size: int,
+        n_in: int,
+        n_out: int = 1,
+        *,
+        max_len: int = 64,
+        functions: Sequence[str] | dict[str, float] | None = None,
+        method: str = "ramped",
+        min_depth: int = 1,
+        max_depth: int = 6,
+        leaf_prob: float | None = None,
+        const_prob: float = 0.2,
+        const_range: tuple[float, float] = (-1.0, 1.0),
+        output_prob: float = 0.3,
+        seed: int | torch.Generator | None = None,
+        device: str | torch.device | None = None,
+    ) -> Population:
+        """Random trees by ``grow``, ``full`` or ``ramped`` half-and-half (depths min..max, half each).
+
+        ``functions`` names the function set (``gprl.functions``) or maps names to sampling weights.
+        Leaves are constants with probability ``const_prob`` (uniform in ``const_range``), else a uniformly
+        drawn variable. ``grow`` places a leaf with probability ``leaf_prob`` at depths ``>= min_depth``
+        (default: Koza's share of terminals among all primitives). With ``n_out > 1`` each function node
+        becomes a Modi node with probability ``output_prob``, writing to a uniformly drawn output.
+        """
+        _check_int("pop_size", pop_size, 0)
+        _check_dims(n_in, n_out, max_len)
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
+        _check_int("min_depth", min_depth, 0)
+        _check_int("max_depth", max_depth, min_depth)
+        if max_depth > MAX_DEPTH_LIMIT:
+            raise ValueError(f"max_depth must be <= {MAX_DEPTH_LIMIT}, got {max_depth}")
+        weights = F.function_weights(functions)
+        if leaf_prob is None:
+            n_terms = n_in + (1 if const_prob > 0 else 0)
+            leaf_prob = n_terms / (n_terms + sum(w > 0 for w in weights))
+        for name, p in (("leaf_prob", leaf_prob), ("const_prob", const_prob), ("output_prob", output_prob)):
+            if not 0.0 <= float(p) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {p}")
+        lo, hi = (float(c) for c in const_range)
+        if not (np.isfinite(lo) and np.isfinite(hi) and lo <= hi):
+            raise ValueError(f"const_range must be finite (low, high) with low <= high, got {const_range}")
+        if n_in == 0 and const_prob == 0:
+            raise ValueError("n_in is 0 and const_prob is 0: trees would have no leaves; allow constants")
+        device = torch.device(device) if device is not None else torch.device("cpu")
+        from .ops import ops
+
+        w = torch.tensor(weights, dtype=torch.float32, device=device)
+        tensors = ops.generate(w, pop_size, max_len, n_in, n_out, METHODS[method], min_depth, max_depth,
+                               float(leaf_prob), float(const_prob), lo, hi, float(output_prob), _seed_from(seed))
+        return cls(*tensors, n_in=n_in, n_out=n_out)
+
+    @classmethod
+    def empty(cls, n_in: int, n_out: int = 1, max_len: int = 64, device=None) -> Population:
+        z = dict(device=device)
+        return cls(torch.zeros(0, max_len, dtype=torch.uint8, **z), torch.zeros(0, max_len, dtype=torch.int16, **z),
+                   torch.zeros(0, max_len, dtype=torch.uint8, **z), torch.zeros(0, max_len, **z),
+                   torch.zeros(0, max_len, dtype=torch.int16, **z), n_in, n_out)
+
+    # ---- shape, device, indexing ----
+    def __len__(self) -> int:
+        return self.kind.shape[0]
+
+    @property
+    def max_len(self) -> int:
+        return self.kind.shape[1]
+
+    @property
+    def device(self) -> torch.device:
+        return self.kind.device
+
+    def _map(self, fn) -> Population:
+        return Population(*(fn(t) for t in self.tensors()), n_in=self.n_in, n_out=self.n_out)
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return self.kind, self.code, self.out, self.value, self.size
+
+    def __getitem__(self, index) -> Population:
+        """Trees by int, slice, index tensor/list or boolean mask; always returns a Population."""
+        if isinstance(index, (int, np.integer)):
+            if not -len(self) <= index < len(self):
+                raise IndexError(f"tree index {index} out of range for a population of {len(self)}")
+            index = slice(int(index) % len(self), int(index) % len(self) + 1)
+        if isinstance(index, (list, tuple, np.ndarray)):
+            index = torch.as_tensor(np.asarray(index), device=self.device)
+        if isinstance(index, torch.Tensor):
+            index = index.to(self.device)
+        return self._map(lambda t: t[index])
+
+    def to(self, device) -> Population:
+        return self._map(lambda t: t.to(device))
+
+    def clone(self) -> Population:
+        return self._map(torch.clone)
+
+    @staticmethod
+    def cat(populations: Sequence[Population]) -> Population:
+        """Concatenates populations of the same n_in/n_out and device; shorter max_len is zero-padded."""
+        if not populations:
+            raise ValueError("populations must hold at least one Population")
+        first = populations[0]
+        for p in populations:
+            if (p.n_in, p.n_out, p.device) != (first.n_in, first.n_out, first.device):
+                raise ValueError("populations must share n_in, n_out and device to be concatenated")
+        L = max(p.max_len for p in populations)
+        parts = [[torch.nn.functional.pad(t, (0, L - p.max_len)) for t in p.tensors()] for p in populations]
+        return Population(*(torch.cat(ts) for ts in zip(*parts)), n_in=first.n_in, n_out=first.n_out)
+
+    def equal(self, other: Population) -> bool:
+        return (self.n_in, self.n_out) == (other.n_in, other.n_out) and all(
+            torch.equal(a, b) for a, b in zip(self.tensors(), other.tensors()))
+
+    # ---- structure ----
+    def lengths(self) -> torch.Tensor:
+        """Number of nodes of every tree, [P] int64."""
+        return self.size[:, 0].long()
+
+    def node_depths(self) -> torch.Tensor:
+        """Depth of every node (root 0, padding -1), [P, max_len] int16."""
+        from .ops import ops
+
+        return ops.node_depth(self.size)
+
+    def depths(self) -> torch.Tensor:
+        """Depth of every tree (a single leaf has depth 0), [P] int64."""
+        return self.node_depths().amax(dim=1).long() if len(self) else torch.zeros(0, dtype=torch.long)
+
+    def arities(self) -> torch.Tensor:
+        """Number of children of every node, [P, max_len] int32 (0 for leaves and padding)."""
+        is_fn = (self.kind & KIND_MASK) == FUNC
+        idx = self.code.long().clamp(0, F.NUM_FUNCTIONS - 1)
+        return torch.where(is_fn, _arity_table(self.device)[idx], 0)
+
+    def max_stack(self) -> int:
+        """Evaluation stack depth the population needs (one host sync)."""
+        if len(self) == 0:
+            return 1
+        valid = (self.kind & KIND_MASK) != PAD
+        step = torch.where(valid, 1 - self.arities(), 0)
+        height = step.flip(1).cumsum(1)  # stack height after evaluating each node, last to first
+        return max(1, int(height.max()))
+
+    def validate(self) -> torch.Tensor:
+        """Per-tree error code, [P] int32 (0 = valid; meanings in ``TREE_ERRORS``)."""
+        from .ops import ops
+
+        return ops.validate(*self.tensors(), self.n_in, self.n_out)
+
+    def check(self) -> Population:
+        """Raises ValueError naming the first invalid tree and why; returns self when all are valid."""
+        errors = self.validate()
+        bad = torch.nonzero(errors).flatten()
+        if len(bad):
+            i = int(bad[0])
+            raise ValueError(f"{len(bad)} invalid tree(s); tree {i}: {TREE_ERRORS.get(int(errors[i]), 'unknown')}")
+        return self
+
+    # ---- evaluation ----
+    def forward(self, X) -> torch.Tensor:
+        """Outputs of every tree.
+
+        ``X[B, n_in]`` is shared by all trees; ``X[P, B, n_in]`` gives tree i its own rows ``X[i]`` (the
+        policy case). Returns ``[P, B, n_out]`` float32.
+        """
+        from .ops import ops
+
+        X = _as_data(X, "X", self.device)
+        if X.dim() not in (2, 3) or X.shape[-1] != self.n_in:
+            raise ValueError(f"X must be [B, n_in] or [P, B, n_in] with n_in={self.n_in}, got {tuple(X.shape)}")
+        if X.dim() == 3 and X.shape[0] != len(self):
+            raise ValueError(f"X is [P, B, n_in] with P={X.shape[0]} but the population has {len(self)} trees")
+        op = ops.forward if X.dim() == 2 else ops.forward_batched
+        return op(*self.tensors(), X, self.n_out, self.max_stack())
+
+    __call__ = forward
+
+    def fitness(self, X, y, metric: str = "mse", weight=None) -> torch.Tensor:
+        """Regression loss of every tree, [P] float32, without materialising predictions.
+
+        ``y`` is ``[D]`` or ``[D, n_out]``; multi-output losses are the mean over outputs. ``weight`` ([D],
+        >= 0) weights rows.
+        """
+        from .ops import ops
+
+        if metric not in METRICS:
+            raise ValueError(f"metric must be one of {list(METRICS)}, got {metric!r}")
+        X = _as_data(X, "X", self.device)
+        y = _as_data(y, "y", self.device)
+        if X.dim() != 2 or X.shape[1] != self.n_in:
+            raise ValueError(f"X must be [D, n_in] with n_in={self.n_in}, got {tuple(X.shape)}")
+        if y.dim() == 1:
+            y = y[:, None]
+        if y.dim() != 2 or y.shape != (X.shape[0], self.n_out):
+            raise ValueError(f"y must be [D] or [D, n_out] with D={X.shape[0]}, n_out={self.n_out}; "
+                             f"got {tuple(y.shape)}")
+        if X.shape[0] == 0:
+            raise ValueError("X has no rows")
+        if weight is not None:
+            weight = _as_data(weight, "weight", self.device)
+            if weight.shape != (X.shape[0],) or bool((weight < 0).any()) or not bool(weight.sum() > 0):
+                raise ValueError(f"weight must be [D] with D={X.shape[0]}, >= 0 and not all 0")
+        return ops.fitness(*self.tensors(), X, y, weight, METRICS[metric], self.max_stack())
+
+    # ---- persistence ----
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the population atomically (a crash never leaves a half-written file)."""
+        state = {"format": "gprl.population", "version": 1, "n_in": self.n_in, "n_out": self.n_out,
+                 **{k: t.cpu() for k, t in zip(("kind", "code", "out", "value", "size"), self.tensors())}}
+        atomic_torch_save(state, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, device=None) -> Population:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict) or state.get("format") != "gprl.population":
+            raise ValueError(f"{path} is not a gprl population file")
+        pop = cls(state["kind"], state["code"], state["out"], state["value"], state["size"],
+                  n_in=int(state["n_in"]), n_out=int(state["n_out"]))
+        pop.check()
+        return pop.to(device) if device is not None else pop
+
+    # ---- symbolic form ----
+    def to_sympy(self, i: int, names: Sequence[str] | None = None, protected: bool = True) -> list[sympy.Expr]:
+        """One sympy expression per output of tree ``i``.
+
+        ``protected=True`` gives the exact semantics (``pdiv``/``pinv``/``plog`` and ``Abs`` where the kernels
+        protect; lambdify with ``modules=[gprl.functions.NUMPY_FUNCTIONS, "numpy"]``); ``protected=False``
+        replaces them by plain ``/``, ``log`` for reading.
+        """
+        names = _variable_names(names, self.n_in)
+        symbols = [sympy.Symbol(n, real=True) for n in names]
+        tree = self[i].to("cpu")
+        length = int(tree.size[0, 0])
+        kind, code, out, value = (t[0, :length].tolist() for t in (tree.kind, tree.code, tree.out, tree.value))
+        outputs: list[sympy.Expr] = [sympy.Integer(0)] * self.n_out
+        stack: list[sympy.Expr] = []
+        for j in range(length - 1, -1, -1):
+            k = kind[j] & KIND_MASK
+            if k == VAR:
+                stack.append(symbols[code[j]])
+            elif k == CONST:
+                stack.append(sympy.Float(value[j]))
+            else:
+                fn = F.FUNCTIONS[code[j]]
+                args = [stack.pop() for _ in range(fn.arity)]
+                v = fn.sympy(*args)
+                if kind[j] & OUTPUT_FLAG:
+                    outputs[out[j]] += v
+                    stack.append(args[-1])
+                else:
+                    stack.append(v)
+        if length and not kind[0] & OUTPUT_FLAG:
+            outputs[0] += stack[0]
+        if not protected:
+            outputs = [unprotect(e) for e in outputs]
+        return outputs
+
+    @classmethod
+    def from_expressions(cls, expressions, names: Sequence[str] | None = None, n_in: int | None = None,
+                         max_len: int | None = None, device=None) -> Population:
+        """Trees from sympy expressions or strings: one per tree, or a sequence of ``n_out`` per tree.
+
+        Variables are ``names`` (their order gives the input index) or ``x0, x1, ...``. Division, ``log``,
+        ``sqrt`` and ``pow`` parse to the protected functions of ``gprl.functions``; integer powers become
+        products. Multi-output trees are built as a chain of Modi ``add`` nodes (``o_k = e_k + 0``).
+        """
+        if isinstance(expressions, (str, sympy.Basic)):
+            raise TypeError("expressions must be a list with one entry per tree")
+        trees, n_out = [], None
+        for e in expressions:
+            outs = [e] if isinstance(e, (str, sympy.Basic)) else list(e)
+            if n_out is not None and len(outs) != n_out:
+                raise ValueError("every tree must have the same number of output expressions")
+            n_out = len(outs)
+            trees.append(outs)
+        if n_out is None:
+            raise ValueError("expressions must hold at least one tree")
+        parsed = [[_parse(o, names) for o in outs] for outs in trees]
+        if names is None:
+            used = [int(m.group(1)) for outs in parsed for o in outs for s in o.free_symbols
+                    for m in [re.fullmatch(r"x(\d+)", s.name)] if m]
+            n_in = n_in if n_in is not None else (max(used) + 1 if used else 0)
+        else:
+            n_in = len(names) if n_in is None else n_in
+        index = {n: k for k, n in enumerate(_variable_names(names, n_in))}
+        encoded = [_encode_outputs(outs, index) for outs in parsed]
+        longest = max(len(t) for t in encoded)
+        max_len = longest if max_len is None else max_len
+        if longest > max_len:
+            raise ValueError(f"an expression needs {longest} nodes but max_len is {max_len}; raise max_len")
+        _check_dims(n_in, n_out, max_len)
+        arrays = _nodes_to_arrays(encoded, max_len)
+        return cls(*(torch.from_numpy(a) for a in arrays), n_in=n_in, n_out=n_out).to(device or "cpu")
+
+
+# ---- helpers ----
+def atomic_torch_save(obj, path: str | os.PathLike) -> None:
+    """torch.save to a temporary file in the same folder, then an atomic rename."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".pt")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _check_int(name: str, v, low: int) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+
+
+def _check_dims(n_in, n_out, max_len) -> None:
+    _check_int("n_in", n_in, 0)
+    _check_int("n_out", n_out, 1)
+    _check_int("max_len", max_len, 1)
+    if n_out > MAX_OUTPUTS:
+        raise ValueError(f"n_out must be <= {MAX_OUTPUTS}, got {n_out}")
+    if max_len > MAX_LEN_LIMIT:
+        raise ValueError(f"max_len must be <= {MAX_LEN_LIMIT}, got {max_len}")
+    if n_in > 32767:
+        raise ValueError(f"n_in must be <= 32767, got {n_in}")
+
+
+def _variable_names(names, n_in: int) -> list[str]:
+    if names is None:
+        return [f"x{k}" for k in range(n_in)]
+    names = [str(n) for n in names]
+    if len(names) != n_in:
+        raise ValueError(f"names must hold n_in={n_in} variable names, got {len(names)}")
+    if len(set(names)) != len(names):
+        raise ValueError("names must be distinct")
+    return names
+
+
+def unprotect(expr: sympy.Expr) -> sympy.Expr:
+    """Plain reading form: protected division/inverse/log shown as ordinary ones."""
+    return expr.replace(F.pdiv, lambda a, b: a / b).replace(F.pinv, lambda a: 1 / a).replace(
+        F.plog, lambda a: sympy.log(sympy.Abs(a)))
+
+
+def _parse(e, names) -> sympy.Expr:
+    if isinstance(e, sympy.Basic):
+        return e
+    if not isinstance(e, str):
+        raise TypeError(f"an expression must be a string or sympy expression, got {type(e).__name__}")
+    local = {**F.SYMPY_FUNCTIONS, "max": sympy.Max, "min": sympy.Min, "abs": sympy.Abs}
+    for n in names or []:
+        local[n] = sympy.Symbol(n, real=True)
+    try:
+        expr = sympy.sympify(e, locals=local)
+    except (sympy.SympifyError, SyntaxError, TypeError) as err:
+        raise ValueError(f"cannot parse expression {e!r}: {err}") from err
+    return expr.xreplace({s: sympy.Symbol(s.name, real=True) for s in expr.free_symbols})
+
+
+Node = tuple  # (kind, code, out, value)
+
+
+def _encode_outputs(outs: list[sympy.Expr], index: dict[str, int]) -> list[Node]:
+    if len(outs) == 1:
+        return _encode(outs[0], index)
+    # o_k = e_k + 0: a chain of Modi adds whose last child passes the 0 up; the root is Modi for output 0.
+    nodes: list[Node] = []
+    for k, e in enumerate(outs):
+        nodes += [(FUNC | OUTPUT_FLAG, F.BY_NAME["add"].id, k, 0.0)] + _encode(e, index)
+    return nodes + [(CONST, 0, 0, 0.0)]
+
+
+def _fn(name: str, *children: list[Node]) -> list[Node]:
+    nodes = [(FUNC, F.BY_NAME[name].id, 0, 0.0)]
+    for c in children:
+        nodes += c
+    return nodes
+
+
+def _chain(name: str, parts: list[list[Node]]) -> list[Node]:
+    acc = parts[0]
+    for p in parts[1:]:
+        acc = _fn(name, acc, p)
+    return acc
+
+
+def _strip_abs(e: sympy.Expr) -> sympy.Expr:
+    return e.args[0] if isinstance(e, sympy.Abs) else e
+
+
+def _encode(e: sympy.Expr, index: dict[str, int]) -> list[Node]:
+    enc = lambda x: _encode(x, index)  # noqa: E731
+    if e.is_Symbol:
+        if e.name not in index:
+            raise ValueError(f"unknown variable {e.name!r}; known: {list(index)}")
+        return [(VAR, index[e.name], 0, 0.0)]
+    if e.is_number:
+        v = complex(e)
+        if v.imag != 0 or not np.isfinite(v.real):
+            raise ValueError(f"constant {e} is not a finite real number")
+        return [(CONST, 0, 0, float(np.float32(v.real)))]
+    if isinstance(e, sympy.Add):
+        terms = list(e.args)
+        terms.sort(key=lambda t: t.could_extract_minus_sign())  # positive terms first
+        acc = enc(terms[0])
+        for t in terms[1:]:
+            acc = _fn("sub", acc, enc(-t)) if t.could_extract_minus_sign() else _fn("add", acc, enc(t))
+        return acc
+    if isinstance(e, sympy.Mul):
+        if e.args[0] == -1:
+            return _fn("neg", enc(-e))
+        num = [a for a in e.args if not (a.is_Pow and a.exp.is_number and a.exp < 0)]
+        den = [1 / a for a in e.args if a.is_Pow and a.exp.is_number and a.exp < 0]
+        if not den:
+            return _chain("mul", [enc(a) for a in num])
+        d = enc(sympy.Mul(*den))
+        return _fn("div", enc(sympy.Mul(*num)), d) if num else _fn("inv", d)
+    if isinstance(e, sympy.Pow):
+        base, ex = e.args
+        if ex == -1:
+            return _fn("inv", enc(base))
+        if ex == sympy.Rational(1, 2):
+            return _fn("sqrt", enc(_strip_abs(base)))
+        if ex.is_Integer and 2 <= ex <= 4:
+            return _chain("mul", [enc(base)] * int(ex))
+        if ex.is_Integer and ex < 0:
+            return _fn("inv", enc(base ** (-ex)))
+        return _fn("pow", enc(_strip_abs(base)), enc(ex))
+    unary = {sympy.sin: "sin", sympy.cos: "cos", sympy.tan: "tan", sympy.exp: "exp", sympy.tanh: "tanh",
+             sympy.Abs: "abs", sympy.log: "log", F.plog: "log", F.pinv: "inv"}
+    if e.func in unary:
+        arg = e.args[0]
+        if e.func in (sympy.log, F.plog):
+            arg = _strip_abs(arg)
+        return _fn(unary[e.func], enc(arg))
+    if e.func is F.pdiv:
+        return _fn("div", enc(e.args[0]), enc(e.args[1]))
+    if isinstance(e, (sympy.Max, sympy.Min)):
+        return _chain("max" if isinstance(e, sympy.Max) else "min", [enc(a) for a in e.args])
+    if isinstance(e, sympy.Piecewise) and len(e.args) == 2 and e.args[1].cond == sympy.true:
+        (v1, cond), (v2, _) = e.args
+        if isinstance(cond, (sympy.StrictGreaterThan, sympy.StrictLessThan)):
+            hi, lo = (cond.lhs, cond.rhs) if isinstance(cond, sympy.StrictGreaterThan) else (cond.rhs, cond.lhs)
+            if v1 == 1 and v2 == -1:  # (1 if hi > lo else -1)
+                return _fn("gt", enc(hi), enc(lo))
+            return _fn("if", enc(hi - lo if lo != 0 else hi), enc(v1), enc(v2))
+    raise ValueError(f"cannot encode {e} (type {type(e).__name__}) with the gprl function set")
+
+
+def _nodes_to_arrays(trees: list[list[Node]], max_len: int) -> tuple[np.ndarray, ...]:
+    P = len(trees)
+    kind = np.zeros((P, max_len), np.uint8)
+    code = np.zeros((P, max_len), np.int16)
+    out = np.zeros((P, max_len), np.uint8)
+    value = np.zeros((P, max_len), np.float32)
+    size = np.zeros((P, max_len), np.int16)
+    for t, nodes in enumerate(trees):
+        for i, (k, c, o, v) in enumerate(nodes):
+            kind[t, i], code[t, i], out[t, i], value[t, i] = k, c, o, v
+        # sizes from the end: a node's subtree is itself plus its children's subtrees
+        stack: list[int] = []
+        for i in range(len(nodes) - 1, -1, -1):
+            k = nodes[i][0] & KIND_MASK
+            n = 1 + sum(stack.pop() for _ in range(F.ARITY[nodes[i][1]] if k == FUNC else 0))
+            size[t, i] = n
+            stack.append(n)
+    return kind, code, out, value, size

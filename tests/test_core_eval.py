@@ -1,0 +1,160 @@
+"""forward and fitness against the independent reference evaluator (tests/reference.py)."""
+
+import numpy as np
+import pytest
+import torch
+
+import gprl
+from gprl import Population
+from gprl.functions import BY_NAME
+import reference as ref
+
+ALL = list(BY_NAME)
+
+
+def random_population(P, n_in, n_out, seed, device="cpu", max_len=48, functions=ALL, max_depth=5):
+    return Population.random(P, n_in, n_out, max_len=max_len, functions=functions, max_depth=max_depth,
+                             const_range=(-2, 2), output_prob=0.4, seed=seed, device=device)
+
+
+def check_forward_modes(device, n_trees, n_out, seed, rows=24):
+    rng = np.random.default_rng(seed)
+    n_in = 4
+    pop = random_population(n_trees, n_in, n_out, seed, device)
+    X = torch.from_numpy(ref.random_inputs(rng, (rows, n_in))).to(device)
+    left_out = ref.compare(pop.forward(X), pop, X)
+    Xb = torch.from_numpy(ref.random_inputs(rng, (n_trees, 5, n_in))).to(device)
+    left_out_b = ref.compare(pop.forward(Xb), pop, Xb)
+    return max(left_out, left_out_b)
+
+
+@pytest.mark.parametrize("n_out", [1, 3, 17])
+def test_forward_matches_reference_on_random_trees(n_out):
+    # 3 x 3,400 trees = 10,200 random trees, every function, both input modes
+    left_out = check_forward_modes("cpu", 3400, n_out, seed=n_out)
+    # outputs that hinge on float32 rounding (tan/pow/exp chains, comparisons at ties) are a few percent
+    assert left_out < 0.05
+
+
+def test_every_function_alone_matches_reference():
+    rng = np.random.default_rng(0)
+    for name in ALL:
+        pop = random_population(200, 3, 1, seed=1, functions=[name], max_depth=3)
+        X = torch.from_numpy(ref.random_inputs(rng, (64, 3)))
+        ref.compare(pop.forward(X), pop, X)
+        assert (pop.code[(pop.kind & 3) == 3] == BY_NAME[name].id).all()
+
+
+def test_protected_functions_at_their_edges():
+    X = torch.tensor([[0.0, 1e-7], [-1e-7, 2.0], [0.5, -0.0], [1e30, 1e30], [-1e30, 88.8]], dtype=torch.float32)
+    exprs = ["pdiv(x0, x1)", "pinv(x0)", "plog(x0)", "sqrt(Abs(x0))", "Abs(x0)**x1", "exp(x1)", "x0*x1",
+             "pdiv(x1, x0)"]
+    pop = Population.from_expressions(exprs, n_in=2)
+    y = pop.forward(X)[:, :, 0]
+    B = 3.4028235e38
+    expect = torch.tensor([  # one row per expression, one column per row of X
+        [1.0, -5e-8, 1.0, 1.0, -1e30 / 88.8],                  # div: 1 where |b| < 1e-6
+        [1.0, 1.0, 2.0, 1e-30, -1e-30],                        # inv: 1 where |a| < 1e-6
+        [0.0, 0.0, np.log(0.5), np.log(1e30), np.log(1e30)],   # log|a|: 0 where |a| < 1e-6
+        [0.0, np.sqrt(1e-7), np.sqrt(0.5), 1e15, 1e15],        # sqrt|a|
+        [0.0, 1e-14, 1.0, B, B],                               # |a|**b; overflow saturates
+        [np.exp(1e-7), np.exp(2.0), 1.0, B, B],
+        [0.0, -2e-7, -0.0, B, -8.88e31],
+        [1.0, 1.0, -0.0, 1.0, 88.8 / -1e30],
+    ], dtype=torch.float32)
+    torch.testing.assert_close(y, expect, rtol=1e-6, atol=0)
+    assert torch.isfinite(y).all()
+
+
+def fig6_tree():
+    """The EvoGP paper's Fig. 6 tree: +[o2](max(b, c), -(d, +[o3](e, x[o1](/(a, c), 0.5))))."""
+    exprs = [(0, "add", 1), ("max",), ("var", 1), ("var", 2), ("sub",), ("var", 3), (2, "add", 2), ("var", 4),
+             (0, "mul", 0), ("div",), ("var", 0), ("var", 2), ("const", 0.5)]
+    kind, code, out, value = [], [], [], []
+    for e in exprs:
+        if e[0] == "var":
+            kind.append(1); code.append(e[1]); out.append(0); value.append(0.0)
+        elif e[0] == "const":
+            kind.append(2); code.append(0); out.append(0); value.append(e[1])
+        elif isinstance(e[0], int):  # Modi node (flag, name, output)
+            kind.append(3 | 4); code.append(BY_NAME[e[1]].id); out.append(e[2]); value.append(0.0)
+        else:
+            kind.append(3); code.append(BY_NAME[e[0]].id); out.append(0); value.append(0.0)
+    size = [13, 3, 1, 1, 9, 1, 7, 1, 5, 3, 1, 1, 1]
+    t = lambda v, d: torch.tensor([v], dtype=d)  # noqa: E731
+    return Population(t(kind, torch.uint8), t(code, torch.int16), t(out, torch.uint8), t(value, torch.float32),
+                      t(size, torch.int16), n_in=5, n_out=3).check()
+
+
+def test_modi_semantics_fig6():
+    pop = fig6_tree()
+    X = torch.tensor([[1.0, 2.0, 4.0, 3.0, 5.0], [-2.0, 0.5, -1.0, 0.25, 2.0]])
+    a, b, c, d, e = X.T
+    expect = torch.stack([a / c * 0.5, torch.maximum(b, c) + (d - 0.5), e + 0.5], dim=1)
+    torch.testing.assert_close(pop.forward(X)[0], expect)
+    torch.testing.assert_close(pop.forward(X[None])[0], expect)
+    o = pop.to_sympy(0, names="abcde")
+    assert [str(v) for v in o] == ["0.5*pdiv(a, c)", "d + Max(b, c) - 0.5", "e + 0.5"]
+
+
+def test_root_contributes_to_output_zero_unless_modi():
+    # sub(x0, add[o1](x1, 2)): o0 = x0 - 2 (root gets the Modi's last child), o1 = x1 + 2
+    def t(v, d):
+        return torch.tensor([v], dtype=d)
+    pop = Population(t([3, 7, 1, 2], torch.uint8), t([1, 1, 0, 0], torch.int16), t([0, 1, 0, 0], torch.uint8),
+                     t([0, 0, 0, 2.0], torch.float32), t([4, 1, 3, 1], torch.int16), n_in=2, n_out=2)
+    with pytest.raises(ValueError, match="prefix structure|subtree size"):
+        pop.check()
+    pop = Population(t([3, 1, 7, 1, 2], torch.uint8), t([1, 0, 0, 1, 0], torch.int16),
+                     t([0, 0, 1, 0, 0], torch.uint8), t([0, 0, 0, 0, 2.0], torch.float32),
+                     t([5, 1, 3, 1, 1], torch.int16), n_in=2, n_out=2).check()
+    X = torch.tensor([[1.0, 10.0], [3.0, -1.0]])
+    torch.testing.assert_close(pop.forward(X)[0], torch.tensor([[-1.0, 12.0], [1.0, 1.0]]))
+
+
+@pytest.mark.parametrize("metric", ["mse", "mae", "rmse"])
+@pytest.mark.parametrize("n_out", [1, 3])
+def test_fitness_matches_reference(metric, n_out):
+    rng = np.random.default_rng(7)
+    D = 333  # not a multiple of any chunk or block
+    X = torch.from_numpy(ref.random_inputs(rng, (D, 3)))
+    y = torch.from_numpy(rng.normal(size=(D, n_out)).astype(np.float32))
+    w = torch.from_numpy(rng.uniform(0, 2, size=D).astype(np.float32))
+    # well-conditioned functions: the reference's predictions are the kernel's up to rounding
+    pop = random_population(300, 3, n_out, seed=3, functions=["add", "sub", "mul", "max", "sin"])
+    preds = ref.eval_population(pop, X)
+    # every function: the fused loss against the loss of forward's own predictions
+    wild = random_population(300, 3, n_out, seed=4)
+    wild_preds = wild.forward(X).double().numpy()
+    for weight in (None, w):
+        wnp = None if weight is None else w.numpy()
+        for p, P in ((pop, preds), (wild, wild_preds)):
+            got = p.fitness(X, y if n_out > 1 else y[:, 0], metric, weight=weight).numpy()
+            want = np.array([ref.loss(P[i], y.numpy(), metric, wnp) for i in range(len(p))])
+            finite = np.isfinite(want) & (np.abs(want) < 1e30)
+            assert finite.mean() > 0.8
+            np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5)
+
+
+def test_fitness_is_deterministic():
+    pop = random_population(50, 2, 1, seed=5)
+    X = torch.randn(5000, 2)
+    y = torch.randn(5000)
+    a = pop.fitness(X, y)
+    for _ in range(3):
+        assert torch.equal(a, pop.fitness(X, y))
+
+
+def test_single_node_and_max_length_trees():
+    pop = Population.from_expressions(["x0", "1.5", "x0*x1"], n_in=2, max_len=1024)
+    X = torch.tensor([[2.0, 3.0]])
+    torch.testing.assert_close(pop.forward(X)[:, 0, 0], torch.tensor([2.0, 1.5, 6.0]))
+    full = Population.random(8, 3, max_len=1024, method="full", max_depth=9, functions=["add", "sub", "mul"],
+                             seed=0)
+    assert (full.lengths() == 1023).all() and (full.depths() == 9).all()
+    X = torch.randn(40, 3) * 0.3
+    ref.compare(full.forward(X), full, X, rtol=1e-4)
+
+
+def test_gprl_exports():
+    assert gprl.Population is Population
