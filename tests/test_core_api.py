@@ -1,0 +1,161 @@
+"""Population API: construction, structure, indexing, persistence, op registration and bad input."""
+
+import numpy as np
+import pytest
+import torch
+
+from gprl import Population
+from gprl.functions import BY_NAME
+
+
+def opcheck_all(device):
+    pop = Population.random(20, 3, 2, max_len=32, functions=list(BY_NAME), seed=0, device=device)
+    X = torch.randn(50, 3, device=device)
+    y = torch.randn(50, 2, device=device)
+    w = torch.rand(50, device=device)
+    weights = torch.ones(len(BY_NAME), device=device)
+    ops = torch.ops.gprl
+    cases = [
+        (ops.generate, (weights, 10, 32, 3, 2, 2, 1, 4, 0.3, 0.2, -1.0, 1.0, 0.3, 123)),
+        (ops.node_depth, (pop.size,)),
+        (ops.validate, (*pop.tensors(), 3, 2)),
+        (ops.forward, (*pop.tensors(), X, 2, pop.max_stack())),
+        (ops.forward_batched, (*pop.tensors(), torch.randn(20, 4, 3, device=device), 2, pop.max_stack())),
+        (ops.fitness, (*pop.tensors(), X, y, None, 0, pop.max_stack())),
+        (ops.fitness, (*pop.tensors(), X, y, w, 2, pop.max_stack())),
+    ]
+    for op, args in cases:
+        torch.library.opcheck(op, args)
+
+
+def test_opcheck_cpu():
+    opcheck_all("cpu")
+
+
+def test_generate_is_reproducible_and_valid():
+    kw = dict(max_len=128, functions=list(BY_NAME), output_prob=0.5, max_depth=7)
+    a = Population.random(3000, 5, 4, seed=11, **kw)
+    assert a.equal(Population.random(3000, 5, 4, seed=11, **kw))
+    assert not a.equal(Population.random(3000, 5, 4, seed=12, **kw))
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    assert Population.random(50, 2, seed=g1).equal(Population.random(50, 2, seed=g2))
+    assert (a.validate() == 0).all()
+
+
+@pytest.mark.parametrize("method", ["grow", "full", "ramped"])
+def test_generate_respects_limits_and_choices(method):
+    pop = Population.random(4000, 3, 5, max_len=40, method=method, min_depth=2, max_depth=6,
+                            functions={"add": 1.0, "sin": 1.0, "if": 0.5}, const_prob=0.3,
+                            const_range=(-0.5, 0.25), output_prob=0.25, seed=1)
+    assert (pop.validate() == 0).all()
+    assert int(pop.lengths().max()) <= 40
+    depths = pop.depths()
+    assert int(depths.max()) <= 6
+    funcs = pop.code[(pop.kind & 3) == 3]
+    assert set(funcs.unique().tolist()) <= {BY_NAME["add"].id, BY_NAME["sin"].id, BY_NAME["if"].id}
+    consts = pop.value[(pop.kind & 3) == 2]
+    assert float(consts.min()) >= -0.5 and float(consts.max()) < 0.25 and len(consts) > 100
+    modi = (pop.kind & 4) != 0
+    n_fn = int(((pop.kind & 3) == 3).sum())
+    assert abs(int(modi.sum()) / n_fn - 0.25) < 0.03  # output_prob
+    assert set(pop.out[modi].unique().tolist()) == set(range(5))
+    if method == "full":
+        # full trees reach the depth limit unless the length limit stopped them
+        assert bool(((depths == 6) | (pop.lengths() > 40 - 3)).all())
+    if method == "ramped":
+        assert set(depths.unique().tolist()) >= {2, 3, 4, 5, 6}
+
+
+def test_single_output_trees_have_no_modi_nodes():
+    pop = Population.random(500, 2, 1, output_prob=1.0, seed=0)
+    assert not bool(((pop.kind & 4) != 0).any())
+
+
+def test_function_weights_shape_the_mix():
+    pop = Population.random(3000, 2, functions={"add": 3.0, "mul": 1.0}, method="full", max_depth=4, seed=0)
+    fn = pop.code[(pop.kind & 3) == 3]
+    share = float((fn == BY_NAME["add"].id).float().mean())
+    assert abs(share - 0.75) < 0.02
+
+
+def test_structure_helpers():
+    pop = Population.from_expressions(["x0", "sin(x0) + x1*x1", "max(x0, x1, 2)"], n_in=2, max_len=16)
+    assert pop.lengths().tolist() == [1, 6, 5]
+    assert pop.depths().tolist() == [0, 2, 2]
+    # sympy orders the sum as add(mul(x1, x1), sin(x0))
+    assert pop.node_depths()[1, :7].tolist() == [0, 1, 2, 2, 1, 2, -1]
+    assert pop.max_stack() == 3  # evaluated last to first: x0, sin, x1, x1 (3 on the stack), mul, add
+
+
+def test_indexing_slicing_cat_and_devices():
+    pop = Population.random(10, 3, 2, seed=0)
+    assert len(pop[3]) == 1 and pop[3].equal(pop[torch.tensor([3])]) and pop[-1].equal(pop[9])
+    assert pop[2:5].equal(pop[[2, 3, 4]])
+    assert pop[pop.lengths() > 3].equal(pop[torch.nonzero(pop.lengths() > 3).flatten()])
+    both = Population.cat([pop[:4], pop[4:]])
+    assert both.equal(pop)
+    long = Population.random(3, 3, 2, max_len=100, seed=1)
+    mixed = Population.cat([pop, long])
+    assert mixed.max_len == 100 and len(mixed) == 13 and (mixed.validate() == 0).all()
+    X = torch.randn(7, 3)
+    torch.testing.assert_close(mixed.forward(X)[:10], pop.forward(X))
+    assert pop.to("cpu").equal(pop)
+    with pytest.raises(IndexError):
+        pop[10]
+    with pytest.raises(ValueError, match="n_in"):
+        Population.cat([pop, Population.random(2, 4, 2, seed=0)])
+
+
+def test_save_load_roundtrip(tmp_path):
+    pop = Population.random(100, 4, 3, seed=5)
+    path = tmp_path / "sub" / "pop.pt"
+    pop.save(path)
+    assert Population.load(path).equal(pop)
+    assert [p.name for p in path.parent.iterdir()] == ["pop.pt"]  # no temporary files left behind
+    broken = Population.random(2, 4, 3, seed=5)
+    broken.size[0, 0] += 1
+    broken.save(tmp_path / "bad.pt")
+    with pytest.raises(ValueError, match="invalid tree"):
+        Population.load(tmp_path / "bad.pt")
+    torch.save({"x": 1}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="not a gprl population"):
+        Population.load(tmp_path / "other.pt")
+
+
+def test_bad_input_names_the_argument():
+    pop = Population.random(5, 3, seed=0)
+    with pytest.raises(ValueError, match="X must be"):
+        pop.forward(torch.randn(4, 2))
+    with pytest.raises(ValueError, match="X must be"):
+        pop.forward(torch.randn(4))
+    with pytest.raises(ValueError, match="population has 5 trees"):
+        pop.forward(torch.randn(4, 2, 3))
+    with pytest.raises(ValueError, match="X must have a floating dtype"):
+        pop.forward(torch.ones(4, 3, dtype=torch.int64))
+    with pytest.raises(ValueError, match="NaN"):
+        pop.forward(torch.tensor([[0.0, float("nan"), 1.0]]))
+    with pytest.raises(ValueError, match="NaN"):
+        pop.fitness(torch.zeros(2, 3), torch.tensor([1.0, float("inf")]))
+    with pytest.raises(ValueError, match="y must be"):
+        pop.fitness(torch.zeros(4, 3), torch.zeros(5))
+    with pytest.raises(ValueError, match="metric"):
+        pop.fitness(torch.zeros(4, 3), torch.zeros(4), metric="r2")
+    with pytest.raises(ValueError, match="weight"):
+        pop.fitness(torch.zeros(4, 3), torch.zeros(4), weight=-torch.ones(4))
+    with pytest.raises(ValueError, match="max_len must be <= 4096"):
+        Population.random(5, 3, max_len=5000)
+    with pytest.raises(ValueError, match="n_out"):
+        Population.random(5, 3, 0)
+    with pytest.raises(ValueError, match="functions: unknown function 'sinh'"):
+        Population.random(5, 3, functions=["add", "sinh"])
+    with pytest.raises(ValueError, match="method"):
+        Population.random(5, 3, method="half")
+    with pytest.raises(ValueError, match="max_depth"):
+        Population.random(5, 3, min_depth=4, max_depth=2)
+    with pytest.raises(TypeError, match="seed"):
+        Population.random(5, 3, seed="abc")
+    X = np.zeros((3, 3), np.float64)  # numpy float64 input is accepted and converted
+    assert pop.forward(X).shape == (5, 3, 1)
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="on cuda"):
+            pop.forward(torch.zeros(3, 3, device="cuda"))
