@@ -7,7 +7,8 @@
 // dispatch is amortised over R rows and uniform across the warp. Batched evaluation (policy case): one
 // thread per (tree, row). Fitness reduces per block, writes one partial per (tree, segment, output) and a
 // second kernel sums them in a fixed order: deterministic, no float atomics.
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include <type_traits>
@@ -21,7 +22,7 @@ namespace {
 
 constexpr int WARP = 32;
 
-cudaStream_t stream() { return at::cuda::getCurrentCUDAStream(); }
+cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream(); }
 
 // ---------------------------------------------------------------------------------------------------
 // structure ops
@@ -197,7 +198,7 @@ __device__ Tree stage_tree(const uint8_t* kind, const int16_t* code, const uint8
   return {s_kind, s_code, s_out, s_value, len};
 }
 
-size_t tree_smem_bytes(int64_t L) { return size_t((8 * L + 15) / 16 * 16); }
+__host__ __device__ size_t tree_smem_bytes(int64_t L) { return size_t((8 * L + 15) / 16 * 16); }
 
 // Shared inputs: X column-major [n_in, D]; Y [P, D, n_out] zero-initialised.
 template <int R, int STACK>
