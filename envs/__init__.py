@@ -26,7 +26,7 @@ from ._deps import available
 from .base import VecEnv
 from .rollout import RolloutResult, rollout
 
-__all__ = ["BACKENDS", "SHARED_TASKS", "VecEnv", "RolloutResult", "make", "rollout", "task_names"]
+__all__ = ["BACKENDS", "SHARED_TASKS", "RolloutResult", "VecEnv", "make", "rollout", "task_names"]
 
 BACKENDS = ("gymnasium", "mujoco", "brax", "genesis")
 
@@ -110,7 +110,7 @@ def _auto_backend(name: str) -> str:
             if available(_EXTRA_MODULE[b]):
                 return b
         raise ImportError(
-            f"no backend for {name!r} is installed; install one, e.g. pip install -e \".[mujoco]\" "
+            f'no backend for {name!r} is installed; install one, e.g. pip install -e ".[mujoco]" '
             f"(or .[brax], .[gymnasium])"
         )
     for b in ("gymnasium", "brax", "genesis"):
@@ -169,15 +169,14 @@ def make(
         raise ValueError(f"episode_length must be a positive int or None, got {episode_length!r}")
     if backend == "auto":
         backend = _auto_backend(name)
-    elif not (name in SHARED_TASKS and backend in SHARED_TASKS[name]):
-        if available(_EXTRA_MODULE[backend]):
-            known = _backend_names(backend)
-            if backend == "mujoco":
-                from .mujoco_tasks import gymnasium_id_to_task
+    elif not (name in SHARED_TASKS and backend in SHARED_TASKS[name]) and available(_EXTRA_MODULE[backend]):
+        known = _backend_names(backend)
+        if backend == "mujoco":
+            from .mujoco_tasks import gymnasium_id_to_task
 
-                known = known + ([name] if gymnasium_id_to_task(name) else [])
-            if name not in known:
-                raise _unknown_task(name, backend)
+            known = known + ([name] if gymnasium_id_to_task(name) else [])
+        if name not in known:
+            raise _unknown_task(name, backend)
     return _factory(backend)(
         name, num_envs=num_envs, device=device, seed=seed, episode_length=episode_length, **task_kwargs
     )

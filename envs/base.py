@@ -25,6 +25,7 @@ import abc
 from collections.abc import Sequence
 
 import torch
+from typing_extensions import Self
 
 StepResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -127,7 +128,7 @@ class VecEnv(abc.ABC):
     def close(self) -> None:
         """Release simulator resources (threads, worker processes)."""
 
-    def __enter__(self) -> VecEnv:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -188,7 +189,9 @@ class VecEnv(abc.ABC):
         """Reset all environments (``seed`` None: continue the random stream); return obs [N, obs_dim]."""
 
     @abc.abstractmethod
-    def _step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def _step(
+        self, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Step with a prepared action.
 
         Returns obs [N, obs_dim] f32, reward [N] f32, terminated [N] bool and the simulator's own truncation

@@ -86,7 +86,11 @@ class BraxEnv(VecEnv):
         jax = _import_jax()
         brax_envs = require("brax.envs", "brax")
         if device is None:
-            device = torch.device("cuda", torch.cuda.current_device()) if jax_has_gpu() and torch.cuda.is_available() else "cpu"
+            device = (
+                torch.device("cuda", torch.cuda.current_device())
+                if jax_has_gpu() and torch.cuda.is_available()
+                else "cpu"
+            )
         device = torch.device(device)
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())

@@ -60,7 +60,9 @@ class GenesisTask:
     def __init__(self, **kwargs: Any) -> None:
         unknown = set(kwargs) - set(self.defaults)
         if unknown:
-            raise TypeError(f"unknown keyword argument(s) {sorted(unknown)} for {self.name!r}; it takes {sorted(self.defaults)}")
+            raise TypeError(
+                f"unknown keyword argument(s) {sorted(unknown)} for {self.name!r}; it takes {sorted(self.defaults)}"
+            )
         self.cfg = {**self.defaults, **kwargs}
 
     def build(self, gs: Any, n: int) -> Any: ...
@@ -147,7 +149,9 @@ class Go2Walk(GenesisTask):
         self.motors = [self.robot.get_joint(j).dof_start for j in self.joint_names]
         self.robot.set_dofs_kp([c["kp"]] * self.act_dim, self.motors)
         self.robot.set_dofs_kv([c["kd"]] * self.act_dim, self.motors)
-        self.default_dof_pos = torch.tensor([self._default_angle(j) for j in self.joint_names], device=dev, dtype=f)
+        self.default_dof_pos = torch.tensor(
+            [self._default_angle(j) for j in self.joint_names], device=dev, dtype=f
+        )
         self.base_init_pos = torch.tensor(c["base_init_pos"], device=dev, dtype=f)
         self.base_init_quat = torch.tensor(c["base_init_quat"], device=dev, dtype=f)
         self.gravity = torch.tensor([0.0, 0.0, -1.0], device=dev, dtype=f).expand(n, 3)
@@ -167,7 +171,9 @@ class Go2Walk(GenesisTask):
 
     def _sample_commands(self, envs: torch.Tensor | None, gen: torch.Generator) -> None:
         c, n = self.cfg, self.n
-        ranges = torch.tensor([c["lin_vel_x_range"], c["lin_vel_y_range"], c["ang_vel_range"]], dtype=torch.float32)
+        ranges = torch.tensor(
+            [c["lin_vel_x_range"], c["lin_vel_y_range"], c["ang_vel_range"]], dtype=torch.float32
+        )
         u = torch.rand((n, 3), generator=gen)
         cmd = (ranges[:, 0] + u * (ranges[:, 1] - ranges[:, 0])).to(self.gs.device, self.gs.tc_float)
         self.commands = cmd if envs is None else torch.where(envs[:, None], cmd, self.commands)
@@ -222,14 +228,16 @@ class Go2Walk(GenesisTask):
         self.robot.solver.scene.step()
         self.t += 1
         self._read_state()
-        if self.t % int(round(c["resampling_time_s"] / c["dt"])) == 0:
+        if self.t % round(c["resampling_time_s"] / c["dt"]) == 0:
             self._sample_commands(None, self.gen)
         terminated = (self.base_euler[:, 1].abs() > c["termination_if_pitch_greater_than"]) | (
             self.base_euler[:, 0].abs() > c["termination_if_roll_greater_than"]
         )
         sig = c["tracking_sigma"]
         terms = {
-            "tracking_lin_vel": torch.exp(-((self.commands[:, :2] - self.base_lin_vel[:, :2]) ** 2).sum(1) / sig),
+            "tracking_lin_vel": torch.exp(
+                -((self.commands[:, :2] - self.base_lin_vel[:, :2]) ** 2).sum(1) / sig
+            ),
             "tracking_ang_vel": torch.exp(-((self.commands[:, 2] - self.base_ang_vel[:, 2]) ** 2) / sig),
             "lin_vel_z": self.base_lin_vel[:, 2] ** 2,
             "base_height": (self.base_pos[:, 2] - c["base_height_target"]) ** 2,
@@ -308,7 +316,9 @@ class CartpoleBalance(GenesisTask):
         self.robot.control_dofs_force(force, self.dofs)
         self.robot.solver.scene.step()
         obs = self._obs()
-        terminated = (obs[:, 0].abs() > self.cfg["x_threshold"]) | (obs[:, 1].abs() > self.cfg["theta_threshold"])
+        terminated = (obs[:, 0].abs() > self.cfg["x_threshold"]) | (
+            obs[:, 1].abs() > self.cfg["theta_threshold"]
+        )
         return obs, torch.ones(self.n, device=self.gs.device), terminated
 
 
@@ -334,7 +344,11 @@ class GenesisEnv(VecEnv):
         self.scene = self.task.build(gs, num_envs)
         self._gen = torch.Generator().manual_seed(seed)
         act = self.task.act_dim
-        low, high = (-1.0, 1.0) if name == "cartpole_balance" else (-self.task.cfg["clip_actions"], self.task.cfg["clip_actions"])
+        low, high = (
+            (-1.0, 1.0)
+            if name == "cartpole_balance"
+            else (-self.task.cfg["clip_actions"], self.task.cfg["clip_actions"])
+        )
         super().__init__(
             name=name,
             num_envs=num_envs,

@@ -99,18 +99,20 @@ class GymnasiumEnv(VecEnv):
         elif isinstance(obs_space, spaces.Discrete):
             obs_dim, self._obs_onehot = int(obs_space.n), int(obs_space.start)
         else:
-            raise TypeError(f"{env_id}: observation space {obs_space} is not supported (Box or Discrete only)")
+            raise TypeError(
+                f"{env_id}: observation space {obs_space} is not supported (Box or Discrete only)"
+            )
         if isinstance(act_space, spaces.Box):
             if len(act_space.shape) != 1:
                 raise TypeError(f"{env_id}: only 1-D Box action spaces are supported, got {act_space}")
-            act_kw: dict[str, Any] = dict(
-                act_dim=act_space.shape[0],
-                action_low=torch.as_tensor(act_space.low, dtype=torch.float32),
-                action_high=torch.as_tensor(act_space.high, dtype=torch.float32),
-            )
+            act_kw: dict[str, Any] = {
+                "act_dim": act_space.shape[0],
+                "action_low": torch.as_tensor(act_space.low, dtype=torch.float32),
+                "action_high": torch.as_tensor(act_space.high, dtype=torch.float32),
+            }
             self._act_dtype = act_space.dtype
         elif isinstance(act_space, spaces.Discrete):
-            act_kw = dict(act_dim=int(act_space.n), num_actions=int(act_space.n))
+            act_kw = {"act_dim": int(act_space.n), "num_actions": int(act_space.n)}
             self._act_start = int(act_space.start)
         else:
             raise TypeError(f"{env_id}: action space {act_space} is not supported (Box or Discrete only)")

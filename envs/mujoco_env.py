@@ -148,7 +148,7 @@ class MujocoEnv(VecEnv):
     ) -> None:
         mujoco = require("mujoco", "mujoco")
         try:
-            from mujoco import batch as mj_batch
+            from mujoco import batch as _  # noqa: F401  (only checking the version)
         except ImportError as exc:
             raise ImportError(
                 f"the native MuJoCo backend needs mujoco>=3.17 (mujoco.batch), found {mujoco.__version__}; "
@@ -164,7 +164,12 @@ class MujocoEnv(VecEnv):
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         sim_cls = ThreadedSim if self.task.needs_rne_post else BatchSim
         self.sim = sim_cls(self.model, num_envs, self.task.fields, 0 if nthread is None else nthread)
-        self._qpos, self._qvel, self._ctrl, self._fields = self.sim.qpos, self.sim.qvel, self.sim.ctrl, self.sim.fields
+        self._qpos, self._qvel, self._ctrl, self._fields = (
+            self.sim.qpos,
+            self.sim.qvel,
+            self.sim.ctrl,
+            self.sim.fields,
+        )
         self._qpos0 = self.model.qpos0.copy()
         self._qvel0 = np.zeros(self.model.nv)
         self._rngs: list[np.random.Generator] = []
@@ -190,7 +195,9 @@ class MujocoEnv(VecEnv):
     def _state(self, ids: np.ndarray | None = None, at_reset: bool = False) -> State:
         if ids is None:
             return State(self.model, self._qpos, self._qvel, self._fields, at_reset)
-        return State(self.model, self._qpos[ids], self._qvel[ids], {k: v[ids] for k, v in self._fields.items()})
+        return State(
+            self.model, self._qpos[ids], self._qvel[ids], {k: v[ids] for k, v in self._fields.items()}
+        )
 
     def _tensor(self, x: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(x)).to(self.device, dtype)
@@ -205,7 +212,9 @@ class MujocoEnv(VecEnv):
         qpos, qvel = np.asarray(qpos, dtype=np.float64), np.asarray(qvel, dtype=np.float64)
         n, m = self.num_envs, self.model
         if qpos.shape != (n, m.nq) or qvel.shape != (n, m.nv):
-            raise ValueError(f"qpos/qvel must have shapes {(n, m.nq)}/{(n, m.nv)}, got {qpos.shape}/{qvel.shape}")
+            raise ValueError(
+                f"qpos/qvel must have shapes {(n, m.nq)}/{(n, m.nv)}, got {qpos.shape}/{qvel.shape}"
+            )
         self.sim.set_state(qpos, qvel)
         self._live[:] = True
         return self._tensor(self.task.obs(self._state(at_reset=True)))

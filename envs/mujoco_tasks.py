@@ -168,9 +168,13 @@ class _Planar(Task):
     def healthy(self, s: State) -> np.ndarray | None:
         return None
 
-    def reward(self, s: State, before: np.ndarray, action: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
+    def reward(
+        self, s: State, before: np.ndarray, action: np.ndarray, dt: float
+    ) -> tuple[np.ndarray, np.ndarray]:
         x_velocity = (s.qpos[:, 0] - before) / dt
-        reward = self.forward_reward_weight * x_velocity - self.ctrl_cost_weight * np.sum(np.square(action), 1)
+        reward = self.forward_reward_weight * x_velocity - self.ctrl_cost_weight * np.sum(
+            np.square(action), 1
+        )
         healthy = self.healthy(s)
         if healthy is None:
             return reward, np.zeros(len(reward), dtype=bool)
@@ -189,12 +193,17 @@ class _Planar(Task):
         return qpos_names(model)[self._skip() :] + qvel_names(model)
 
 
-_LOCO = dict(forward_reward_weight=1.0, ctrl_cost_weight=1e-3, healthy_reward=1.0, terminate_when_unhealthy=True)
+_LOCO = {
+    "forward_reward_weight": 1.0,
+    "ctrl_cost_weight": 1e-3,
+    "healthy_reward": 1.0,
+    "terminate_when_unhealthy": True,
+}
 
 
 class Hopper(_Planar):
     name, gym_id, clip_qvel = "hopper", "Hopper-v5", True
-    defaults = dict(
+    defaults: ClassVar[dict[str, Any]] = dict(
         xml_file="hopper.xml", frame_skip=4, **_LOCO, healthy_state_range=(-100.0, 100.0),
         healthy_z_range=(0.7, float("inf")), healthy_angle_range=(-0.2, 0.2), reset_noise_scale=5e-3,
         exclude_current_positions_from_observation=True,
@@ -212,7 +221,7 @@ class Hopper(_Planar):
 
 class Walker2d(_Planar):
     name, gym_id, clip_qvel = "walker2d", "Walker2d-v5", True
-    defaults = dict(
+    defaults: ClassVar[dict[str, Any]] = dict(
         xml_file="walker2d_v5.xml", frame_skip=4, **_LOCO, healthy_z_range=(0.8, 2.0),
         healthy_angle_range=(-1.0, 1.0), reset_noise_scale=5e-3, exclude_current_positions_from_observation=True,
     )  # fmt: skip
@@ -226,29 +235,29 @@ class Walker2d(_Planar):
 
 class HalfCheetah(_Planar):
     name, gym_id = "halfcheetah", "HalfCheetah-v5"
-    defaults = dict(
-        xml_file="half_cheetah.xml", frame_skip=5, forward_reward_weight=1.0, ctrl_cost_weight=0.1,
-        reset_noise_scale=0.1, exclude_current_positions_from_observation=True,
-    )  # fmt: skip
+    defaults: ClassVar[dict[str, Any]] = {
+        "xml_file": "half_cheetah.xml", "frame_skip": 5, "forward_reward_weight": 1.0, "ctrl_cost_weight": 0.1,
+        "reset_noise_scale": 0.1, "exclude_current_positions_from_observation": True,
+    }  # fmt: skip
     reset_state = _normal_qvel_reset
 
 
 class Swimmer(_Planar):
     name, gym_id, skip_qpos = "swimmer", "Swimmer-v5", 2
-    defaults = dict(
-        xml_file="swimmer.xml", frame_skip=4, forward_reward_weight=1.0, ctrl_cost_weight=1e-4,
-        reset_noise_scale=0.1, exclude_current_positions_from_observation=True,
-    )  # fmt: skip
+    defaults: ClassVar[dict[str, Any]] = {
+        "xml_file": "swimmer.xml", "frame_skip": 4, "forward_reward_weight": 1.0, "ctrl_cost_weight": 1e-4,
+        "reset_noise_scale": 0.1, "exclude_current_positions_from_observation": True,
+    }  # fmt: skip
 
 
 class Ant(Task):
     name, gym_id = "ant", "Ant-v5"
-    defaults = dict(
-        xml_file="ant.xml", frame_skip=5, forward_reward_weight=1.0, ctrl_cost_weight=0.5,
-        contact_cost_weight=5e-4, healthy_reward=1.0, main_body=1, terminate_when_unhealthy=True,
-        healthy_z_range=(0.2, 1.0), contact_force_range=(-1.0, 1.0), reset_noise_scale=0.1,
-        exclude_current_positions_from_observation=True, include_cfrc_ext_in_observation=True,
-    )  # fmt: skip
+    defaults: ClassVar[dict[str, Any]] = {
+        "xml_file": "ant.xml", "frame_skip": 5, "forward_reward_weight": 1.0, "ctrl_cost_weight": 0.5,
+        "contact_cost_weight": 5e-4, "healthy_reward": 1.0, "main_body": 1, "terminate_when_unhealthy": True,
+        "healthy_z_range": (0.2, 1.0), "contact_force_range": (-1.0, 1.0), "reset_noise_scale": 0.1,
+        "exclude_current_positions_from_observation": True, "include_cfrc_ext_in_observation": True,
+    }  # fmt: skip
     fields = ("xpos", "cfrc_ext")
     needs_rne_post = True
     reset_state = _normal_qvel_reset
@@ -263,14 +272,20 @@ class Ant(Task):
         cfrc = np.zeros_like(s.fields["cfrc_ext"]) if s.at_reset else s.fields["cfrc_ext"]
         return np.clip(cfrc, *self.contact_force_range)
 
-    def reward(self, s: State, before: np.ndarray, action: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
+    def reward(
+        self, s: State, before: np.ndarray, action: np.ndarray, dt: float
+    ) -> tuple[np.ndarray, np.ndarray]:
         x_velocity = (s.fields["xpos"][:, self._body(s.model), 0] - before[:, 0]) / dt
         state = np.concatenate([s.qpos, s.qvel], axis=1)
         z = state[:, 2]
-        healthy = np.isfinite(state).all(axis=1) & (self.healthy_z_range[0] <= z) & (z <= self.healthy_z_range[1])
+        healthy = (
+            np.isfinite(state).all(axis=1) & (self.healthy_z_range[0] <= z) & (z <= self.healthy_z_range[1])
+        )
         ctrl_cost = self.ctrl_cost_weight * np.sum(np.square(action), 1)
         contact_cost = self.contact_cost_weight * np.sum(np.square(self._contact_forces(s)), axis=(1, 2))
-        reward = x_velocity * self.forward_reward_weight + healthy * self.healthy_reward - ctrl_cost - contact_cost
+        reward = (
+            x_velocity * self.forward_reward_weight + healthy * self.healthy_reward - ctrl_cost - contact_cost
+        )
         terminated = ~healthy if self.terminate_when_unhealthy else np.zeros_like(healthy)
         return reward, terminated
 
@@ -291,14 +306,14 @@ class Ant(Task):
 
 class Humanoid(Task):
     name, gym_id = "humanoid", "Humanoid-v5"
-    defaults = dict(
-        xml_file="humanoid.xml", frame_skip=5, forward_reward_weight=1.25, ctrl_cost_weight=0.1,
-        contact_cost_weight=5e-7, contact_cost_range=(-np.inf, 10.0), healthy_reward=5.0,
-        terminate_when_unhealthy=True, healthy_z_range=(1.0, 2.0), reset_noise_scale=1e-2,
-        exclude_current_positions_from_observation=True, include_cinert_in_observation=True,
-        include_cvel_in_observation=True, include_qfrc_actuator_in_observation=True,
-        include_cfrc_ext_in_observation=True,
-    )  # fmt: skip
+    defaults: ClassVar[dict[str, Any]] = {
+        "xml_file": "humanoid.xml", "frame_skip": 5, "forward_reward_weight": 1.25, "ctrl_cost_weight": 0.1,
+        "contact_cost_weight": 5e-7, "contact_cost_range": (-np.inf, 10.0), "healthy_reward": 5.0,
+        "terminate_when_unhealthy": True, "healthy_z_range": (1.0, 2.0), "reset_noise_scale": 1e-2,
+        "exclude_current_positions_from_observation": True, "include_cinert_in_observation": True,
+        "include_cvel_in_observation": True, "include_qfrc_actuator_in_observation": True,
+        "include_cfrc_ext_in_observation": True,
+    }  # fmt: skip
     fields = ("xipos", "cinert", "cvel", "qfrc_actuator", "cfrc_ext")
     needs_rne_post = True
 
@@ -312,7 +327,9 @@ class Humanoid(Task):
     def _cfrc(self, s: State) -> np.ndarray:
         return np.zeros_like(s.fields["cfrc_ext"]) if s.at_reset else s.fields["cfrc_ext"]
 
-    def reward(self, s: State, before: np.ndarray, action: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
+    def reward(
+        self, s: State, before: np.ndarray, action: np.ndarray, dt: float
+    ) -> tuple[np.ndarray, np.ndarray]:
         x_velocity = (self._mass_center(s)[:, 0] - before[:, 0]) / dt
         z = s.qpos[:, 2]
         healthy = (self.healthy_z_range[0] < z) & (z < self.healthy_z_range[1])
@@ -320,7 +337,9 @@ class Humanoid(Task):
         contact_cost = np.clip(
             self.contact_cost_weight * np.sum(np.square(self._cfrc(s)), axis=(1, 2)), *self.contact_cost_range
         )
-        reward = self.forward_reward_weight * x_velocity + healthy * self.healthy_reward - ctrl_cost - contact_cost
+        reward = (
+            self.forward_reward_weight * x_velocity + healthy * self.healthy_reward - ctrl_cost - contact_cost
+        )
         terminated = ~healthy if self.terminate_when_unhealthy else np.zeros_like(healthy)
         return reward, terminated
 
@@ -354,7 +373,11 @@ class Humanoid(Task):
 
 class InvertedPendulum(Task):
     name, gym_id = "inverted_pendulum", "InvertedPendulum-v5"
-    defaults = dict(xml_file="inverted_pendulum.xml", frame_skip=2, reset_noise_scale=0.01)
+    defaults: ClassVar[dict[str, Any]] = {
+        "xml_file": "inverted_pendulum.xml",
+        "frame_skip": 2,
+        "reset_noise_scale": 0.01,
+    }
 
     def reward(self, s: State, before: Any, action: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
         obs = self.obs(s)
@@ -370,7 +393,12 @@ class InvertedPendulum(Task):
 
 class InvertedDoublePendulum(Task):
     name, gym_id = "inverted_double_pendulum", "InvertedDoublePendulum-v5"
-    defaults = dict(xml_file="inverted_double_pendulum.xml", frame_skip=5, healthy_reward=10.0, reset_noise_scale=0.1)
+    defaults: ClassVar[dict[str, Any]] = {
+        "xml_file": "inverted_double_pendulum.xml",
+        "frame_skip": 5,
+        "healthy_reward": 10.0,
+        "reset_noise_scale": 0.1,
+    }
     fields = ("site_xpos", "qfrc_constraint")
     reset_state = _normal_qvel_reset
 
@@ -404,7 +432,12 @@ class InvertedDoublePendulum(Task):
 
 class Reacher(Task):
     name, gym_id = "reacher", "Reacher-v5"
-    defaults = dict(xml_file="reacher.xml", frame_skip=2, reward_dist_weight=1.0, reward_control_weight=1.0)
+    defaults: ClassVar[dict[str, Any]] = {
+        "xml_file": "reacher.xml",
+        "frame_skip": 2,
+        "reward_dist_weight": 1.0,
+        "reward_control_weight": 1.0,
+    }
     fields = ("xpos",)
 
     def _vec(self, s: State) -> np.ndarray:
@@ -445,7 +478,17 @@ class Reacher(Task):
 
 TASKS: dict[str, type[Task]] = {
     t.name: t
-    for t in (Hopper, Walker2d, HalfCheetah, Swimmer, Ant, Humanoid, InvertedPendulum, InvertedDoublePendulum, Reacher)
+    for t in (
+        Hopper,
+        Walker2d,
+        HalfCheetah,
+        Swimmer,
+        Ant,
+        Humanoid,
+        InvertedPendulum,
+        InvertedDoublePendulum,
+        Reacher,
+    )
 }
 
 

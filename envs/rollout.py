@@ -74,7 +74,9 @@ def rollout(
         action = policy(obs.view(p, e, env.obs_dim))
         if not isinstance(action, torch.Tensor) or tuple(action.shape) != (p, e, out_dim):
             got = tuple(action.shape) if isinstance(action, torch.Tensor) else type(action).__name__
-            raise ValueError(f"policy must return a tensor of shape [P, E, {out_dim}] = {(p, e, out_dim)}, got {got}")
+            raise ValueError(
+                f"policy must return a tensor of shape [P, E, {out_dim}] = {(p, e, out_dim)}, got {got}"
+            )
         obs, reward, terminated, truncated = env.step(action.reshape(p * e, out_dim))
         returns += torch.where(alive, reward.to(torch.float64), 0.0)
         lengths += alive.long()

@@ -8,7 +8,7 @@ import torch
 pytest.importorskip("jax", reason="needs the brax extra: pip install -e '.[brax]'")
 pytest.importorskip("brax", reason="needs the brax extra: pip install -e '.[brax]'")
 
-import gprl.envs as genvs  # noqa: E402
+import gprl.envs as genvs
 
 
 @pytest.fixture(scope="module")
@@ -20,14 +20,14 @@ def test_protocol_on_jax_cpu(pendulum: genvs.VecEnv) -> None:
     env = pendulum
     obs = env.reset(seed=0)
     assert obs.shape == (6, 4) and obs.dtype == torch.float32 and obs.device == torch.device("cpu")
-    assert env.act_dim == 1 and env.action_low.tolist() == [-3.0] or env.action_low.shape == (1,)
+    assert env.act_dim == 1 and env.action_low.shape == (1,) and bool(env.action_low < env.action_high)
     obs, r, te, tr = env.step(torch.zeros(6, 1))
     assert r.shape == (6,) and r.dtype == torch.float32 and te.dtype == torch.bool and tr.dtype == torch.bool
 
 
 def test_seeding_and_masking(pendulum: genvs.VecEnv) -> None:
     env = pendulum
-    policy = lambda o: torch.full((3, 2, 1), 1.0)  # noqa: E731  (pushing one way topples the pole)
+    policy = lambda o: torch.full((3, 2, 1), 0.05)
     a = genvs.rollout(env, policy, 3, 2, max_steps=200, seed=5, check_every=10)
     b = genvs.rollout(env, policy, 3, 2, max_steps=200, seed=5, check_every=10)
     c = genvs.rollout(env, policy, 3, 2, max_steps=200, seed=6, check_every=10)
@@ -39,7 +39,7 @@ def test_seeding_and_masking(pendulum: genvs.VecEnv) -> None:
     env.reset(seed=5)
     ended = torch.zeros(6, dtype=torch.bool)
     for _ in range(150):
-        _, r, te, _ = env.step(torch.ones(6, 1))
+        _, r, te, _ = env.step(torch.full((6, 1), 0.05))
         assert torch.equal(r[ended], torch.zeros(int(ended.sum())))
         assert te[ended].all()
         ended |= te
@@ -80,7 +80,7 @@ def test_gpu_no_copy_and_no_host_transfers() -> None:
     action = env.prepare_action(torch.zeros(1024, env.act_dim, device="cuda"))
     assert env.to_jax(action).unsafe_buffer_pointer() == action.data_ptr()
     for _ in range(3):  # compile and warm up
-        obs, r, te, tr = env.step(action)
+        obs, *_ = env.step(action)
     assert obs.data_ptr() == env._state.obs.unsafe_buffer_pointer()
     torch.cuda.synchronize()
     from torch.profiler import ProfilerActivity, profile
@@ -88,7 +88,7 @@ def test_gpu_no_copy_and_no_host_transfers() -> None:
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(10):
             a = torch.tanh(obs[:, : env.act_dim])
-            obs, r, te, tr = env.step(a)
+            obs, _r, _te, _tr = env.step(a)
         torch.cuda.synchronize()
     names = [e.name for e in prof.events()]
     copies = [n for n in names if "Memcpy HtoD" in n or "Memcpy DtoH" in n or "cudaMemcpy " in n]

@@ -9,8 +9,8 @@ import torch
 gym = pytest.importorskip("gymnasium", reason="needs the mujoco extra: pip install -e '.[mujoco]'")
 pytest.importorskip("mujoco", reason="needs the mujoco extra: pip install -e '.[mujoco]'")
 
-import gprl.envs as genvs  # noqa: E402
-from gprl.envs.mujoco_tasks import TASKS  # noqa: E402
+import gprl.envs as genvs
+from gprl.envs.mujoco_tasks import TASKS
 
 N = 3
 
@@ -74,7 +74,7 @@ def test_set_state_gives_gymnasium_trajectory() -> None:
     acts = rng.uniform(-1, 1, size=(50, 2, env.act_dim)).astype(np.float32)
     total, ref_total = 0.0, 0.0
     for a in acts:
-        _, r, te, _ = env.step(torch.from_numpy(a))
+        _, r, _te, _ = env.step(torch.from_numpy(a))
         _, rr, rte, _, _ = ref.step(a[1])
         total += float(r[1])
         ref_total += rr

@@ -12,7 +12,7 @@ import torch
 gym = pytest.importorskip("gymnasium", reason="needs the gymnasium extra: pip install -e '.[gymnasium]'")
 pytest.importorskip("mujoco", reason="needs the mujoco extra: pip install -e '.[mujoco]'")
 
-import gprl.envs as genvs  # noqa: E402
+import gprl.envs as genvs
 
 
 def _check_protocol(env: genvs.VecEnv, n: int) -> None:
@@ -66,8 +66,8 @@ def test_discrete_actions_take_the_argmax() -> None:
     rng = np.random.default_rng(0)
     for _ in range(8):
         scores = torch.from_numpy(rng.normal(size=(4, 2)).astype(np.float32))
-        obs, r, te, _ = env.step(scores)
-        ref_obs, rr, rte, _, _ = ref.step(scores.argmax(1).numpy())
+        obs, _r, _te, _ = env.step(scores)
+        ref_obs, _rr, rte, _, _ = ref.step(scores.argmax(1).numpy())
         np.testing.assert_allclose(obs.numpy()[~rte], ref_obs[~rte], rtol=1e-6)
     # integer indices are accepted too
     env.reset(seed=7)
@@ -82,7 +82,7 @@ def test_same_seed_same_returns(backend: str) -> None:
     def returns(seed: int) -> torch.Tensor:
         env = genvs.make("hopper", backend=backend, num_envs=4)
         gen = torch.Generator().manual_seed(0)
-        policy = lambda o: torch.tanh(o[..., :3] * torch.randn(3, generator=gen))  # noqa: E731
+        policy = lambda o: torch.tanh(o[..., :3] * torch.randn(3, generator=gen))
         return genvs.rollout(env, policy, 2, 2, max_steps=100, seed=seed).returns
 
     a, b, c = returns(3), returns(3), returns(4)
@@ -183,10 +183,12 @@ def test_rollout_masks_and_stops_early() -> None:
 def test_rollout_discrete() -> None:
     env = genvs.make("CartPole-v1", num_envs=4)
     # a hand-written balancing rule versus always-left
-    good = lambda o: torch.stack([-(o[..., 2] + o[..., 3]), o[..., 2] + o[..., 3]], -1)  # noqa: E731
+    good = lambda o: torch.stack([-(o[..., 2] + o[..., 3]), o[..., 2] + o[..., 3]], -1)
     res = genvs.rollout(env, good, 4, 1, seed=0)
     env2 = genvs.make("CartPole-v1", num_envs=4)
-    res2 = genvs.rollout(env2, lambda o: torch.stack([torch.ones_like(o[..., 0]), torch.zeros_like(o[..., 0])], -1), 4, 1)
+    res2 = genvs.rollout(
+        env2, lambda o: torch.stack([torch.ones_like(o[..., 0]), torch.zeros_like(o[..., 0])], -1), 4, 1
+    )
     assert res.mean_return.min() > 100 and res2.mean_return.max() < 20
     assert torch.equal(res.returns.squeeze(1), res.lengths.squeeze(1).double())  # +1 per step
 
