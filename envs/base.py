@@ -1,0 +1,199 @@
+"""The one protocol every environment backend implements.
+
+An environment is a batch of ``num_envs`` independent episodes that are reset together and stepped together:
+
+    obs = env.reset(seed)                                  # [N, obs_dim] float32 on env.device
+    obs, reward, terminated, truncated = env.step(action)  # action [N, act_dim] on env.device
+
+Episode bookkeeping is the same for every backend and lives here, so that evaluation code can rely on it:
+
+* There is **no automatic reset**. An episode that has ended stays ended until the next ``reset()``: its
+  ``terminated``/``truncated`` flags stay True and its reward is 0 on every later step. Its observation is
+  whatever the simulator holds (it may keep being stepped, harmlessly); do not use it.
+* ``truncated`` is the time limit (``episode_length`` steps after ``reset``) for episodes not already terminated.
+* Actions are validated (a ``TypeError``/``ValueError`` that names ``action``), non-finite entries are replaced
+  (NaN → 0, ±inf → the bound) and continuous actions are clipped to ``[action_low, action_high]``, so raw tree
+  outputs are always safe. Discrete environments take the argmax over ``num_actions`` outputs (or integer
+  indices of shape ``[N]``).
+
+The bookkeeping is a handful of element-wise torch ops on ``env.device``; nothing here syncs with the host.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+
+import torch
+from typing_extensions import Self
+
+StepResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+class VecEnv(abc.ABC):
+    """Base class of the batched environments (see the module docstring for the contract)."""
+
+    #: backend name ("gymnasium", "mujoco", "brax", "genesis")
+    backend: str = ""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        num_envs: int,
+        obs_dim: int,
+        act_dim: int,
+        device: torch.device,
+        episode_length: int,
+        seed: int,
+        action_low: torch.Tensor | None = None,
+        action_high: torch.Tensor | None = None,
+        num_actions: int | None = None,
+        obs_names: Sequence[str] | None = None,
+        action_names: Sequence[str] | None = None,
+    ) -> None:
+        self.name = name
+        self.num_envs = int(num_envs)
+        self.obs_dim = int(obs_dim)
+        self.act_dim = int(act_dim)
+        self.device = torch.device(device)
+        self.episode_length = int(episode_length)
+        self.seed = int(seed)
+        self.num_actions = num_actions
+        self.discrete = num_actions is not None
+        if self.discrete:
+            self.action_low = self.action_high = None
+        else:
+            assert action_low is not None and action_high is not None
+            self.action_low = action_low.to(self.device, torch.float32).reshape(self.act_dim)
+            self.action_high = action_high.to(self.device, torch.float32).reshape(self.act_dim)
+        self.obs_names = list(obs_names) if obs_names is not None else None
+        self.action_names = list(action_names) if action_names is not None else None
+        if self.obs_names is not None and len(self.obs_names) != self.obs_dim:
+            raise AssertionError(f"{name}: {len(self.obs_names)} obs_names for obs_dim={self.obs_dim}")
+        self._t = 0
+        self._reset_called = False
+        self._next_seed: int | None = self.seed
+        self._terminated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        self._truncated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def done(self) -> torch.Tensor:
+        """[N] bool: the episode has ended (terminated or truncated) since the last reset."""
+        return self._terminated | self._truncated
+
+    @property
+    def elapsed_steps(self) -> int:
+        """Steps taken since the last reset (the same for every environment of the batch)."""
+        return self._t
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        """Start new episodes in every environment; returns the first observations [N, obs_dim].
+
+        ``seed`` makes the initial states reproducible; ``None`` uses ``make(seed=...)`` on the first reset
+        and continues the random stream afterwards (new, different episodes).
+        """
+        if seed is not None and not isinstance(seed, int):
+            raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+        if seed is None:
+            seed, self._next_seed = self._next_seed, None
+        obs = self._reset(seed)
+        self._begin_episodes()
+        return obs
+
+    def step(self, action: torch.Tensor) -> StepResult:
+        """Advance every environment by one step; see the module docstring for the masking rules."""
+        if not self._reset_called:
+            raise RuntimeError(f"{type(self).__name__}.step() called before reset()")
+        action = self.prepare_action(action)
+        obs, reward, terminated, truncated = self._step(action)
+        self._t += 1
+        was_done = self.done
+        reward = torch.where(was_done, torch.zeros((), dtype=reward.dtype, device=self.device), reward)
+        self._terminated = self._terminated | (terminated & ~was_done)
+        if truncated is not None:  # the simulator's own time limit, if it has one
+            self._truncated = self._truncated | (truncated & ~was_done & ~self._terminated)
+        if self._t >= self.episode_length:
+            self._truncated = self._truncated | ~self._terminated
+        return obs, reward, self._terminated, self._truncated
+
+    def _begin_episodes(self) -> None:
+        """Clear the episode bookkeeping (for backends that start episodes other than through reset())."""
+        self._t = 0
+        self._reset_called = True
+        self._terminated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        self._truncated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+
+    def close(self) -> None:
+        """Release simulator resources (threads, worker processes)."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        kind = f"num_actions={self.num_actions}" if self.discrete else f"act_dim={self.act_dim}"
+        return (
+            f"{type(self).__name__}(name={self.name!r}, num_envs={self.num_envs}, obs_dim={self.obs_dim}, "
+            f"{kind}, device={self.device}, episode_length={self.episode_length})"
+        )
+
+    # ------------------------------------------------------------------ actions
+    def prepare_action(self, action: torch.Tensor) -> torch.Tensor:
+        """Validate ``action`` and map it to what the simulator takes.
+
+        Continuous: float [N, act_dim] → float32 [N, act_dim], finite and clipped to the bounds.
+        Discrete: float [N, num_actions] → argmax, or integer [N] → as is; returns int64 [N].
+        """
+        if not isinstance(action, torch.Tensor):
+            raise TypeError(f"action must be a torch.Tensor on {self.device}, got {type(action).__name__}")
+        if action.device != self.device:
+            raise ValueError(
+                f"action is on {action.device} but the environment is on {self.device}; "
+                f"pass action.to(env.device)"
+            )
+        n = self.num_envs
+        if self.discrete:
+            if not action.dtype.is_floating_point and action.dtype != torch.bool:
+                if action.shape not in ((n,), (n, 1)):
+                    raise ValueError(
+                        f"integer action must have shape [{n}] (one index per environment), "
+                        f"got {tuple(action.shape)}"
+                    )
+                return action.reshape(n).long()
+            if not action.dtype.is_floating_point:
+                raise TypeError(f"action must be floating point (scores per action), got {action.dtype}")
+            if tuple(action.shape) != (n, self.num_actions):
+                raise ValueError(
+                    f"action must have shape [num_envs, num_actions] = [{n}, {self.num_actions}] "
+                    f"(one score per discrete action; the env takes the argmax), got {tuple(action.shape)}"
+                )
+            # NaN scores must not win the argmax
+            return torch.nan_to_num(action, nan=-torch.inf).argmax(dim=-1)
+        if not action.dtype.is_floating_point:
+            raise TypeError(f"action must be a floating-point tensor (float32), got {action.dtype}")
+        if tuple(action.shape) != (n, self.act_dim):
+            raise ValueError(
+                f"action must have shape [num_envs, act_dim] = [{n}, {self.act_dim}], got {tuple(action.shape)}"
+            )
+        # NaN → 0 and ±inf → ±float32 max, which the clip then maps to the bounds
+        action = torch.nan_to_num(action.to(torch.float32), nan=0.0)
+        return torch.clamp(action, self.action_low, self.action_high).contiguous()
+
+    # ------------------------------------------------------------------ backend hooks
+    @abc.abstractmethod
+    def _reset(self, seed: int | None) -> torch.Tensor:
+        """Reset all environments (``seed`` None: continue the random stream); return obs [N, obs_dim]."""
+
+    @abc.abstractmethod
+    def _step(
+        self, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Step with a prepared action.
+
+        Returns obs [N, obs_dim] f32, reward [N] f32, terminated [N] bool and the simulator's own truncation
+        [N] bool (or None when the simulator has no time limit of its own).
+        """

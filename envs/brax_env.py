@@ -1,0 +1,170 @@
+"""Brax and MuJoCo Playground environments on JAX, with tensors crossing to torch through DLPack.
+
+``jit(vmap(reset))`` and ``jit(vmap(step))`` run the whole batch; observations, rewards and done flags come back
+as torch views of JAX's own buffers (``torch.from_dlpack``, no copy) and actions go in the same way
+(``jax.dlpack.from_dlpack``). Nothing syncs with the host per step: the DLPack exchange orders the two
+libraries' GPU streams on the device.
+
+There is no auto-reset wrapper, so an ended episode is never reset into its start state during an evaluation;
+the base class masks it (see :mod:`.base`). Observations returned by ``step`` are JAX's buffers: read them,
+never write into them.
+
+Names: Brax's own environments (``brax.envs``; pick its physics with ``pipeline="generalized" | "positional" |
+"spring" | "mjx"``) and MuJoCo Playground's DM Control Suite tasks (``"CartpoleBalance"``, ``"CheetahRun"``, ...,
+run with MJX's JAX implementation), whose XMLs ship in the ``playground`` wheel.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from ._deps import available, require
+from .base import VecEnv
+
+BRAX_PIPELINES = ("generalized", "positional", "spring", "mjx")
+
+
+def _import_jax() -> Any:
+    # JAX and torch share the GPU: JAX must not grab 75% of its memory when it starts
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    return require("jax", "brax")
+
+
+def jax_has_gpu() -> bool:
+    jax = _import_jax()
+    try:
+        return len(jax.devices("gpu")) > 0
+    except RuntimeError:
+        return False
+
+
+def brax_names() -> list[str]:
+    _import_jax()
+    envs = require("brax.envs", "brax")
+    return sorted(envs._envs)
+
+
+def playground_names() -> list[str]:
+    """MuJoCo Playground's DM Control Suite tasks (empty when ``playground`` is not installed)."""
+    if not available("mujoco_playground"):
+        return []
+    _import_jax()
+    from mujoco_playground import dm_control_suite
+
+    return sorted(dm_control_suite.ALL_ENVS)
+
+
+def known_names() -> list[str]:
+    return brax_names() + playground_names()
+
+
+def _jax_device(jax: Any, device: torch.device) -> Any:
+    if device.type == "cuda":
+        gpus = jax.devices("gpu")
+        return gpus[device.index or 0]
+    if device.type == "cpu":
+        return jax.devices("cpu")[0]
+    raise ValueError(f"device must be 'cpu' or 'cuda[:i]' for the brax backend, got {device}")
+
+
+class BraxEnv(VecEnv):
+    backend = "brax"
+
+    def __init__(
+        self,
+        name: str,
+        num_envs: int,
+        device: torch.device | str | None = None,
+        seed: int = 0,
+        episode_length: int | None = None,
+        pipeline: str | None = None,
+        **env_kwargs: Any,
+    ) -> None:
+        jax = _import_jax()
+        brax_envs = require("brax.envs", "brax")
+        if device is None:
+            device = (
+                torch.device("cuda", torch.cuda.current_device())
+                if jax_has_gpu() and torch.cuda.is_available()
+                else "cpu"
+            )
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.jax_device = _jax_device(jax, device)
+
+        if name in brax_envs._envs:
+            pipeline = pipeline or "generalized"
+            if pipeline not in BRAX_PIPELINES:
+                raise ValueError(f"pipeline must be one of {BRAX_PIPELINES}, got {pipeline!r}")
+            self.env = brax_envs.get_environment(name, backend=pipeline, **env_kwargs)
+            limit = 1000
+            ctrl = getattr(getattr(self.env.sys, "actuator", None), "ctrl_range", None)
+        elif name in playground_names():
+            if pipeline is not None:
+                raise ValueError("pipeline= applies to Brax environments; Playground tasks run on MJX (JAX)")
+            from mujoco_playground import registry
+
+            # the JAX implementation of MJX (Playground defaults to Warp, which needs its own toolchain)
+            self.env = registry.load(name, config_overrides={"impl": "jax", **env_kwargs})
+            limit = int(registry.get_default_config(name).episode_length)
+            ctrl = self.env.mj_model.actuator_ctrlrange
+        else:
+            raise ValueError(f"unknown Brax/Playground environment {name!r}; choose one of {known_names()}")
+        self.pipeline = pipeline
+        act_dim = int(self.env.action_size)
+        low, high = torch.full((act_dim,), -1.0), torch.full((act_dim,), 1.0)
+        if ctrl is not None and len(ctrl) == act_dim:
+            ctrl_t = torch.as_tensor(ctrl, dtype=torch.float32)
+            low, high = ctrl_t[:, 0], ctrl_t[:, 1]
+        obs_size = self.env.observation_size
+        if not isinstance(obs_size, int):
+            raise TypeError(f"{name}: dict observations ({obs_size}) are not supported")
+
+        with jax.default_device(self.jax_device):
+            self._reset_fn = jax.jit(jax.vmap(self.env.reset))
+            self._step_fn = jax.jit(jax.vmap(self.env.step))
+            self._key = jax.random.PRNGKey(seed)
+        self._jax = jax
+        self._state: Any = None
+        super().__init__(
+            name=name,
+            num_envs=num_envs,
+            obs_dim=obs_size,
+            act_dim=act_dim,
+            device=device,
+            episode_length=episode_length or limit,
+            seed=seed,
+            action_low=low,
+            action_high=high,
+        )
+
+    # --- DLPack in both directions, no copies
+    @staticmethod
+    def to_torch(x: Any) -> torch.Tensor:
+        return torch.from_dlpack(x)
+
+    def to_jax(self, t: torch.Tensor) -> Any:
+        return self._jax.dlpack.from_dlpack(t.contiguous())
+
+    def _outputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        s = self._state
+        return self.to_torch(s.obs), self.to_torch(s.reward), self.to_torch(s.done)
+
+    def _reset(self, seed: int | None) -> torch.Tensor:
+        jax = self._jax
+        with jax.default_device(self.jax_device):
+            if seed is not None:
+                self._key = jax.random.PRNGKey(seed)
+            self._key, key = jax.random.split(self._key)
+            self._state = self._reset_fn(jax.random.split(key, self.num_envs))
+        return self._outputs()[0]
+
+    def _step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
+        self._state = self._step_fn(self._state, self.to_jax(action))
+        obs, reward, done = self._outputs()
+        # Brax's done is 1 - healthy (or NaN detection in Playground): the task's termination
+        return obs, reward.to(torch.float32), done > 0.5, None

@@ -1,0 +1,376 @@
+"""Genesis scenes built once for the whole batch (``scene.build(n_envs=N)``), torch tensors on the device.
+
+Tasks:
+
+* ``go2_walk``: the Unitree Go2 quadruped tracking a velocity command, as in Genesis' locomotion example
+  (``examples/locomotion/go2_env.py``): PD position targets around the default pose, one step of action latency,
+  the same 45-dimensional observation, reward terms (linear/angular velocity tracking, vertical velocity, base
+  height, action rate, distance to the default pose; scaled by dt) and roll/pitch termination.
+* ``cartpole_balance``: the classic cart-pole (force on the cart, +1 per step upright; terminated when the pole
+  leaves ±0.2 rad or the cart ±2.4 m), modelled in MJCF here.
+
+Genesis is initialised once per process, on its CPU backend for a CPU device and on CUDA otherwise. With
+Genesis' zero-copy mode (its default when the torch device matches its backend) the joint positions and
+velocities the observation is made from are views of Genesis' own state buffers (:meth:`GenesisEnv.dof_state`),
+read without a copy; actions go to Genesis as torch tensors on its device.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from typing import Any, ClassVar
+
+import torch
+
+from ._deps import require
+from .base import VecEnv
+
+
+def _genesis(device: torch.device | str | None) -> Any:
+    gs = require("genesis", "genesis")
+    want_cpu = device is not None and torch.device(device).type == "cpu"
+    if not gs._initialized:
+        use_cpu = want_cpu or not torch.cuda.is_available()
+        gs.init(backend=gs.cpu if use_cpu else gs.gpu, logging_level="warning", seed=0)
+    elif device is not None and torch.device(device).type != gs.device.type:
+        raise ValueError(
+            f"Genesis is already initialised on {gs.device} in this process; it cannot also run on {device}"
+        )
+    return gs
+
+
+def _dof_view(gs: Any, field: Any) -> torch.Tensor | None:
+    """A zero-copy [n_envs, n_dofs] view of a Genesis state field, or None without zero-copy mode."""
+    if not gs.use_zerocopy:
+        return None
+    from genesis.utils.misc import qd_to_torch
+
+    return qd_to_torch(field, transpose=True, copy=False)
+
+
+class GenesisTask:
+    name: ClassVar[str]
+    defaults: ClassVar[dict[str, Any]]
+    obs_dim: ClassVar[int]
+    act_dim: ClassVar[int]
+    episode_length: ClassVar[int]
+
+    def __init__(self, **kwargs: Any) -> None:
+        unknown = set(kwargs) - set(self.defaults)
+        if unknown:
+            raise TypeError(
+                f"unknown keyword argument(s) {sorted(unknown)} for {self.name!r}; it takes {sorted(self.defaults)}"
+            )
+        self.cfg = {**self.defaults, **kwargs}
+
+    def build(self, gs: Any, n: int) -> Any: ...
+
+    def reset(self, gen: torch.Generator) -> torch.Tensor: ...
+
+    def step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
+
+
+class Go2Walk(GenesisTask):
+    name = "go2_walk"
+    obs_dim, act_dim = 45, 12
+    defaults: ClassVar[dict[str, Any]] = {
+        "dt": 0.02,
+        "kp": 20.0,
+        "kd": 0.5,
+        "action_scale": 0.25,
+        "clip_actions": 100.0,
+        "simulate_action_latency": True,
+        "termination_if_roll_greater_than": 10.0,  # degrees
+        "termination_if_pitch_greater_than": 10.0,
+        "base_init_pos": (0.0, 0.0, 0.42),
+        "base_init_quat": (1.0, 0.0, 0.0, 0.0),
+        "episode_length_s": 20.0,
+        "resampling_time_s": 4.0,
+        "lin_vel_x_range": (0.5, 0.5),
+        "lin_vel_y_range": (0.0, 0.0),
+        "ang_vel_range": (0.0, 0.0),
+        "tracking_sigma": 0.25,
+        "base_height_target": 0.3,
+        "reward_scales": {
+            "tracking_lin_vel": 1.0,
+            "tracking_ang_vel": 0.2,
+            "lin_vel_z": -1.0,
+            "base_height": -50.0,
+            "action_rate": -0.005,
+            "similar_to_default": -0.1,
+        },
+        "obs_scales": {"lin_vel": 2.0, "ang_vel": 0.25, "dof_pos": 1.0, "dof_vel": 0.05},
+    }
+    # the example's joint order (actions and observations) and default pose
+    joint_names = (
+        "FR_hip_joint", "FR_thigh_joint", "FR_calf_joint", "FL_hip_joint", "FL_thigh_joint", "FL_calf_joint",
+        "RR_hip_joint", "RR_thigh_joint", "RR_calf_joint", "RL_hip_joint", "RL_thigh_joint", "RL_calf_joint",
+    )  # fmt: skip
+    default_angles: ClassVar[dict[str, float]] = {"hip": 0.0, "F_thigh": 0.8, "R_thigh": 1.0, "calf": -1.5}
+
+    @property
+    def episode_length(self) -> int:  # type: ignore[override]
+        return math.ceil(self.cfg["episode_length_s"] / self.cfg["dt"])
+
+    def obs_names(self) -> list[str]:
+        j = [n.removesuffix("_joint") for n in self.joint_names]
+        return (
+            ["base_ang_vel_x", "base_ang_vel_y", "base_ang_vel_z", "gravity_x", "gravity_y", "gravity_z",
+             "cmd_lin_vel_x", "cmd_lin_vel_y", "cmd_ang_vel_z"]
+            + [f"{n}_pos" for n in j] + [f"{n}_vel" for n in j] + [f"{n}_last_action" for n in j]
+        )  # fmt: skip
+
+    def _default_angle(self, joint: str) -> float:
+        if "hip" in joint:
+            return self.default_angles["hip"]
+        if "thigh" in joint:
+            return self.default_angles["F_thigh" if joint.startswith("F") else "R_thigh"]
+        return self.default_angles["calf"]
+
+    def build(self, gs: Any, n: int) -> Any:
+        c = self.cfg
+        self.gs, self.n = gs, n
+        scene = gs.Scene(
+            sim_options=gs.options.SimOptions(dt=c["dt"], substeps=2),
+            rigid_options=gs.options.RigidOptions(
+                constraint_solver=gs.constraint_solver.Newton, enable_collision=True,
+                enable_joint_limit=True,
+            ),
+            show_viewer=False,
+        )  # fmt: skip
+        scene.add_entity(gs.morphs.URDF(file="urdf/plane/plane.urdf", fixed=True))
+        self.robot = scene.add_entity(
+            gs.morphs.URDF(file="urdf/go2/urdf/go2.urdf", pos=c["base_init_pos"], quat=c["base_init_quat"])
+        )
+        scene.build(n_envs=n)
+        dev, f = gs.device, gs.tc_float
+        self.motors = [self.robot.get_joint(j).dof_start for j in self.joint_names]
+        self.robot.set_dofs_kp([c["kp"]] * self.act_dim, self.motors)
+        self.robot.set_dofs_kv([c["kd"]] * self.act_dim, self.motors)
+        self.default_dof_pos = torch.tensor(
+            [self._default_angle(j) for j in self.joint_names], device=dev, dtype=f
+        )
+        self.base_init_pos = torch.tensor(c["base_init_pos"], device=dev, dtype=f)
+        self.base_init_quat = torch.tensor(c["base_init_quat"], device=dev, dtype=f)
+        self.gravity = torch.tensor([0.0, 0.0, -1.0], device=dev, dtype=f).expand(n, 3)
+        s = c["obs_scales"]
+        self.commands_scale = torch.tensor([s["lin_vel"], s["lin_vel"], s["ang_vel"]], device=dev, dtype=f)
+        self.reward_scales = {k: v * c["dt"] for k, v in c["reward_scales"].items()}
+        solver = self.robot.solver
+        self.pos_view = _dof_view(gs, solver.dyn_state.dofs.pos)
+        self.vel_view = _dof_view(gs, solver.dyn_state.dofs.vel)
+        return scene
+
+    def dof_state(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Motor joint positions and velocities [N, 12], from Genesis' own buffers when zero-copy is on."""
+        if self.pos_view is not None:
+            return self.pos_view[:, self.motors], self.vel_view[:, self.motors]
+        return self.robot.get_dofs_position(self.motors), self.robot.get_dofs_velocity(self.motors)
+
+    def _sample_commands(self, envs: torch.Tensor | None, gen: torch.Generator) -> None:
+        c, n = self.cfg, self.n
+        ranges = torch.tensor(
+            [c["lin_vel_x_range"], c["lin_vel_y_range"], c["ang_vel_range"]], dtype=torch.float32
+        )
+        u = torch.rand((n, 3), generator=gen)
+        cmd = (ranges[:, 0] + u * (ranges[:, 1] - ranges[:, 0])).to(self.gs.device, self.gs.tc_float)
+        self.commands = cmd if envs is None else torch.where(envs[:, None], cmd, self.commands)
+
+    def reset(self, gen: torch.Generator) -> torch.Tensor:
+        n, dev = self.n, self.gs.device
+        self.robot.set_dofs_position(self.default_dof_pos.expand(n, -1), self.motors, zero_velocity=True)
+        self.robot.set_pos(self.base_init_pos.expand(n, -1), zero_velocity=False)
+        self.robot.set_quat(self.base_init_quat.expand(n, -1), zero_velocity=False)
+        self.robot.zero_all_dofs_velocity()
+        self.actions = torch.zeros((n, self.act_dim), device=dev, dtype=self.gs.tc_float)
+        self.last_actions = torch.zeros_like(self.actions)
+        self.t = 0
+        self.gen = gen
+        self._sample_commands(None, gen)
+        self._read_state()
+        return self._obs()
+
+    def _read_state(self) -> None:
+        from genesis.utils.geom import inv_quat, quat_to_xyz, transform_by_quat, transform_quat_by_quat
+
+        r = self.robot
+        self.base_pos = r.get_pos()
+        base_quat = r.get_quat()
+        inv_init = inv_quat(self.base_init_quat).expand(self.n, -1)
+        self.base_euler = quat_to_xyz(transform_quat_by_quat(inv_init, base_quat), rpy=True, degrees=True)
+        inv_base = inv_quat(base_quat)
+        self.base_lin_vel = transform_by_quat(r.get_vel(), inv_base)
+        self.base_ang_vel = transform_by_quat(r.get_ang(), inv_base)
+        self.projected_gravity = transform_by_quat(self.gravity, inv_base)
+        self.dof_pos, self.dof_vel = self.dof_state()
+
+    def _obs(self) -> torch.Tensor:
+        s = self.cfg["obs_scales"]
+        return torch.cat(
+            [
+                self.base_ang_vel * s["ang_vel"],
+                self.projected_gravity,
+                self.commands * self.commands_scale,
+                (self.dof_pos - self.default_dof_pos) * s["dof_pos"],
+                self.dof_vel * s["dof_vel"],
+                self.actions,
+            ],
+            dim=-1,
+        )
+
+    def step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        c = self.cfg
+        self.actions = torch.clamp(action.to(self.gs.tc_float), -c["clip_actions"], c["clip_actions"])
+        exec_actions = self.last_actions if c["simulate_action_latency"] else self.actions
+        self.robot.control_dofs_position(exec_actions * c["action_scale"] + self.default_dof_pos, self.motors)
+        self.robot.solver.scene.step()
+        self.t += 1
+        self._read_state()
+        if self.t % round(c["resampling_time_s"] / c["dt"]) == 0:
+            self._sample_commands(None, self.gen)
+        terminated = (self.base_euler[:, 1].abs() > c["termination_if_pitch_greater_than"]) | (
+            self.base_euler[:, 0].abs() > c["termination_if_roll_greater_than"]
+        )
+        sig = c["tracking_sigma"]
+        terms = {
+            "tracking_lin_vel": torch.exp(
+                -((self.commands[:, :2] - self.base_lin_vel[:, :2]) ** 2).sum(1) / sig
+            ),
+            "tracking_ang_vel": torch.exp(-((self.commands[:, 2] - self.base_ang_vel[:, 2]) ** 2) / sig),
+            "lin_vel_z": self.base_lin_vel[:, 2] ** 2,
+            "base_height": (self.base_pos[:, 2] - c["base_height_target"]) ** 2,
+            "action_rate": ((self.last_actions - self.actions) ** 2).sum(1),
+            "similar_to_default": (self.dof_pos - self.default_dof_pos).abs().sum(1),
+        }
+        reward = sum(terms[k] * w for k, w in self.reward_scales.items())
+        obs = self._obs()
+        self.last_actions = self.actions
+        return obs, reward.to(torch.float32), terminated
+
+
+_CARTPOLE_XML = """<mujoco model="cartpole">
+  <option timestep="0.01"/>
+  <worldbody>
+    <body name="cart" pos="0 0 0">
+      <joint name="slider" type="slide" axis="1 0 0" limited="false" damping="0"/>
+      <geom name="cart" type="box" size="0.2 0.15 0.1" mass="1" contype="0" conaffinity="0"/>
+      <body name="pole" pos="0 0 0">
+        <joint name="hinge" type="hinge" axis="0 1 0" damping="0"/>
+        <geom name="pole" type="capsule" fromto="0 0 0 0 0 1" size="0.045" mass="0.1" contype="0" conaffinity="0"/>
+      </body>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+class CartpoleBalance(GenesisTask):
+    name = "cartpole_balance"
+    obs_dim, act_dim, episode_length = 4, 1, 500
+    defaults: ClassVar[dict[str, Any]] = {
+        "dt": 0.02, "max_force": 10.0, "reset_noise_scale": 0.05, "x_threshold": 2.4, "theta_threshold": 0.2,
+    }  # fmt: skip
+
+    def obs_names(self) -> list[str]:
+        return ["cart_position", "pole_angle", "cart_velocity", "pole_angular_velocity"]
+
+    def build(self, gs: Any, n: int) -> Any:
+        self.gs, self.n = gs, n
+        path = os.path.join(tempfile.gettempdir(), "gprl_genesis_cartpole.xml")
+        with open(path, "w") as fh:
+            fh.write(_CARTPOLE_XML)
+        scene = gs.Scene(
+            sim_options=gs.options.SimOptions(dt=self.cfg["dt"], substeps=2, gravity=(0.0, 0.0, -9.81)),
+            rigid_options=gs.options.RigidOptions(enable_collision=False, enable_joint_limit=False),
+            show_viewer=False,
+        )
+        self.robot = scene.add_entity(gs.morphs.MJCF(file=path))
+        scene.build(n_envs=n)
+        self.dofs = [self.robot.get_joint("slider").dof_start, self.robot.get_joint("hinge").dof_start]
+        solver = self.robot.solver
+        self.pos_view = _dof_view(gs, solver.dyn_state.dofs.pos)
+        self.vel_view = _dof_view(gs, solver.dyn_state.dofs.vel)
+        return scene
+
+    def dof_state(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.pos_view is not None:
+            return self.pos_view[:, self.dofs], self.vel_view[:, self.dofs]
+        return self.robot.get_dofs_position(self.dofs), self.robot.get_dofs_velocity(self.dofs)
+
+    def _obs(self) -> torch.Tensor:
+        pos, vel = self.dof_state()
+        return torch.cat([pos, vel], dim=-1)
+
+    def reset(self, gen: torch.Generator) -> torch.Tensor:
+        s = self.cfg["reset_noise_scale"]
+        noise = ((torch.rand((self.n, 4), generator=gen) * 2 - 1) * s).to(self.gs.device, self.gs.tc_float)
+        self.robot.set_dofs_position(noise[:, :2], self.dofs, zero_velocity=True)
+        self.robot.set_dofs_velocity(noise[:, 2:], self.dofs)
+        return self._obs()
+
+    def step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        force = torch.zeros((self.n, 2), device=self.gs.device, dtype=self.gs.tc_float)
+        force[:, 0] = action[:, 0].to(self.gs.tc_float) * self.cfg["max_force"]
+        self.robot.control_dofs_force(force, self.dofs)
+        self.robot.solver.scene.step()
+        obs = self._obs()
+        terminated = (obs[:, 0].abs() > self.cfg["x_threshold"]) | (
+            obs[:, 1].abs() > self.cfg["theta_threshold"]
+        )
+        return obs, torch.ones(self.n, device=self.gs.device), terminated
+
+
+GENESIS_TASKS: dict[str, type[GenesisTask]] = {t.name: t for t in (Go2Walk, CartpoleBalance)}
+
+
+class GenesisEnv(VecEnv):
+    backend = "genesis"
+
+    def __init__(
+        self,
+        name: str,
+        num_envs: int,
+        device: torch.device | str | None = None,
+        seed: int = 0,
+        episode_length: int | None = None,
+        **task_kwargs: Any,
+    ) -> None:
+        if name not in GENESIS_TASKS:
+            raise ValueError(f"unknown Genesis task {name!r}; choose one of {sorted(GENESIS_TASKS)}")
+        gs = _genesis(device)
+        self.task = GENESIS_TASKS[name](**task_kwargs)
+        self.scene = self.task.build(gs, num_envs)
+        self._gen = torch.Generator().manual_seed(seed)
+        act = self.task.act_dim
+        low, high = (
+            (-1.0, 1.0)
+            if name == "cartpole_balance"
+            else (-self.task.cfg["clip_actions"], self.task.cfg["clip_actions"])
+        )
+        super().__init__(
+            name=name,
+            num_envs=num_envs,
+            obs_dim=self.task.obs_dim,
+            act_dim=act,
+            device=gs.device,
+            episode_length=episode_length or self.task.episode_length,
+            seed=seed,
+            action_low=torch.full((act,), low),
+            action_high=torch.full((act,), high),
+            obs_names=self.task.obs_names(),
+        )
+
+    def dof_state(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Joint positions and velocities as Genesis holds them (zero-copy views when Genesis allows)."""
+        return self.task.dof_state()
+
+    def _reset(self, seed: int | None) -> torch.Tensor:
+        if seed is not None:
+            self._gen.manual_seed(seed)
+        return self.task.reset(self._gen)
+
+    def _step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
+        obs, reward, terminated = self.task.step(action)
+        return obs, reward, terminated, None

@@ -1,0 +1,248 @@
+"""Native batched MuJoCo: the Gymnasium v5 locomotion tasks on a thread pool, without per-environment Python.
+
+All ``num_envs`` simulations live in one :class:`mujoco.batch.Batch` (MuJoCo ≥ 3.17): one call steps them all
+on MuJoCo's own threads (the GIL is released), keeping each simulation's full integration state (warm start
+included), so results are bit-identical to Gymnasium's one-``MjData``-per-environment loop. Rewards,
+observations and terminations are vectorised NumPy (:mod:`.mujoco_tasks`). Ended episodes are not stepped
+any more: each call steps only the live simulations.
+
+Reset noise is drawn per environment from a NumPy generator seeded with ``seed + i``, as Gymnasium's vector
+env seeds its sub-environments, so ``reset(seed)`` gives Gymnasium's initial states for the same seed.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._deps import require
+from .base import VecEnv
+from .mujoco_tasks import TASKS, State, Task, gymnasium_asset
+
+
+def _np_random(seed: int) -> np.random.Generator:
+    # gymnasium.utils.seeding.np_random, so that per-environment streams match Gymnasium's
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed)))
+
+
+def load_model(task: Task) -> Any:
+    """Compile the task's Gymnasium XML, as Gymnasium's MujocoEnv does."""
+    mujoco = require("mujoco", "mujoco")
+    return mujoco.MjModel.from_xml_path(gymnasium_asset(task.xml_file))
+
+
+class BatchSim:
+    """All simulations in one ``mujoco.batch.Batch``: one call per step, MuJoCo's threads, no Python per env.
+
+    Bit-identical to one MjData per simulation, but only fields MuJoCo computes inside ``mj_step`` are
+    available: ``cfrc_ext`` (``mj_rnePostConstraint``, which Gymnasium calls after the step on the last
+    Runge-Kutta stage) is not, hence :class:`ThreadedSim` for the tasks that need it.
+    """
+
+    def __init__(self, model: Any, num_envs: int, fields: tuple[str, ...], nthread: int) -> None:
+        from mujoco import batch as mj_batch
+
+        self.batch = mj_batch.Batch(model, nsim=num_envs, nthread=nthread)  # nthread=0: all cores
+        self.qpos, self.qvel, self.ctrl = (self.batch.bind(f) for f in ("qpos", "qvel", "ctrl"))
+        self.fields = {f: self.batch.bind(f) for f in fields}
+
+    def set_state(self, qpos: np.ndarray, qvel: np.ndarray) -> None:
+        import mujoco
+
+        # mj_resetData, then the state, then mj_forward: Gymnasium's reset() and set_state()
+        self.batch.reset(stage=mujoco.mjtStage.mjSTAGE_NONE)
+        self.qpos[:] = qpos
+        self.qvel[:] = qvel
+        self.batch.forward()
+
+    def step(self, ids: np.ndarray | None, nstep: int) -> None:
+        self.batch.step(ids=ids, nstep=nstep)
+
+    def close(self) -> None:
+        pass
+
+
+class ThreadedSim:
+    """One MjData per simulation, stepped in chunks on a thread pool (MuJoCo releases the GIL in mj_step).
+
+    Each thread runs ``mj_step`` + ``mj_rnePostConstraint`` over its chunk, exactly Gymnasium's
+    ``do_simulation``, and copies the results into shared ``[N, ...]`` arrays.
+    """
+
+    def __init__(self, model: Any, num_envs: int, fields: tuple[str, ...], nthread: int) -> None:
+        import mujoco
+
+        self.model = model
+        self.datas = [mujoco.MjData(model) for _ in range(num_envs)]
+        self.qpos = np.zeros((num_envs, model.nq))
+        self.qvel = np.zeros((num_envs, model.nv))
+        self.ctrl = np.zeros((num_envs, model.nu))
+        self.fields = {f: np.zeros((num_envs, *getattr(self.datas[0], f).shape)) for f in fields}
+        self.nthread = nthread or os.cpu_count() or 1
+        self.pool = ThreadPoolExecutor(self.nthread) if self.nthread > 1 else None
+
+    def _copy_out(self, i: int, d: Any) -> None:
+        self.qpos[i] = d.qpos
+        self.qvel[i] = d.qvel
+        for f, arr in self.fields.items():
+            arr[i] = getattr(d, f)
+
+    def _map(self, fn: Any, ids: np.ndarray) -> None:
+        if self.pool is None or len(ids) < 2:
+            fn(ids)
+            return
+        for fut in [self.pool.submit(fn, c) for c in np.array_split(ids, min(self.nthread, len(ids)))]:
+            fut.result()
+
+    def set_state(self, qpos: np.ndarray, qvel: np.ndarray) -> None:
+        import mujoco
+
+        def work(chunk: np.ndarray) -> None:
+            for i in chunk:
+                d = self.datas[i]
+                mujoco.mj_resetData(self.model, d)
+                d.qpos[:] = qpos[i]
+                d.qvel[:] = qvel[i]
+                mujoco.mj_forward(self.model, d)
+                self._copy_out(i, d)
+
+        self._map(work, np.arange(len(self.datas)))
+
+    def step(self, ids: np.ndarray | None, nstep: int) -> None:
+        import mujoco
+
+        m = self.model
+
+        def work(chunk: np.ndarray) -> None:
+            for i in chunk:
+                d = self.datas[i]
+                d.ctrl[:] = self.ctrl[i]
+                mujoco.mj_step(m, d, nstep)
+                mujoco.mj_rnePostConstraint(m, d)
+                self._copy_out(i, d)
+
+        self._map(work, np.arange(len(self.datas)) if ids is None else ids)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+            self.pool = None
+
+
+class MujocoEnv(VecEnv):
+    backend = "mujoco"
+
+    def __init__(
+        self,
+        task: str,
+        num_envs: int,
+        device: torch.device | str | None = None,
+        seed: int = 0,
+        episode_length: int | None = None,
+        nthread: int | None = None,
+        **task_kwargs: Any,
+    ) -> None:
+        mujoco = require("mujoco", "mujoco")
+        try:
+            from mujoco import batch as _  # noqa: F401  (only checking the version)
+        except ImportError as exc:
+            raise ImportError(
+                f"the native MuJoCo backend needs mujoco>=3.17 (mujoco.batch), found {mujoco.__version__}; "
+                f'pip install -e ".[mujoco]"'
+            ) from exc
+        if task not in TASKS:
+            raise ValueError(f"unknown MuJoCo task {task!r}; choose one of {sorted(TASKS)}")
+        self.task = TASKS[task](**task_kwargs)
+        self.model = load_model(self.task)
+        self.frame_skip = int(self.task.frame_skip)
+        self.dt = float(self.model.opt.timestep * self.frame_skip)
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        sim_cls = ThreadedSim if self.task.needs_rne_post else BatchSim
+        self.sim = sim_cls(self.model, num_envs, self.task.fields, 0 if nthread is None else nthread)
+        self._qpos, self._qvel, self._ctrl, self._fields = (
+            self.sim.qpos,
+            self.sim.qvel,
+            self.sim.ctrl,
+            self.sim.fields,
+        )
+        self._qpos0 = self.model.qpos0.copy()
+        self._qvel0 = np.zeros(self.model.nv)
+        self._rngs: list[np.random.Generator] = []
+        self._live = np.ones(num_envs, dtype=bool)
+        if episode_length is None:
+            gym = require("gymnasium", "mujoco")
+            episode_length = gym.spec(self.task.gym_id).max_episode_steps
+        ctrlrange = self.model.actuator_ctrlrange
+        super().__init__(
+            name=task,
+            num_envs=num_envs,
+            obs_dim=len(self.task.obs_names(self.model)),
+            act_dim=self.model.nu,
+            device=torch.device(device) if device is not None else torch.device("cpu"),
+            episode_length=episode_length,
+            seed=seed,
+            action_low=torch.as_tensor(ctrlrange[:, 0], dtype=torch.float32),
+            action_high=torch.as_tensor(ctrlrange[:, 1], dtype=torch.float32),
+            obs_names=self.task.obs_names(self.model),
+            action_names=[self.model.actuator(i).name for i in range(self.model.nu)],
+        )
+
+    def _state(self, ids: np.ndarray | None = None, at_reset: bool = False) -> State:
+        if ids is None:
+            return State(self.model, self._qpos, self._qvel, self._fields, at_reset)
+        return State(
+            self.model, self._qpos[ids], self._qvel[ids], {k: v[ids] for k, v in self._fields.items()}
+        )
+
+    def _tensor(self, x: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(x)).to(self.device, dtype)
+
+    def set_state(self, qpos: np.ndarray, qvel: np.ndarray) -> torch.Tensor:
+        """Start new episodes from given states [N, nq], [N, nv] (as Gymnasium's ``set_state``); returns obs."""
+        obs = self._set_state(qpos, qvel)
+        self._begin_episodes()
+        return obs
+
+    def _set_state(self, qpos: np.ndarray, qvel: np.ndarray) -> torch.Tensor:
+        qpos, qvel = np.asarray(qpos, dtype=np.float64), np.asarray(qvel, dtype=np.float64)
+        n, m = self.num_envs, self.model
+        if qpos.shape != (n, m.nq) or qvel.shape != (n, m.nv):
+            raise ValueError(
+                f"qpos/qvel must have shapes {(n, m.nq)}/{(n, m.nv)}, got {qpos.shape}/{qvel.shape}"
+            )
+        self.sim.set_state(qpos, qvel)
+        self._live[:] = True
+        return self._tensor(self.task.obs(self._state(at_reset=True)))
+
+    def _reset(self, seed: int | None) -> torch.Tensor:
+        if seed is not None or not self._rngs:
+            base = self.seed if seed is None else seed
+            self._rngs = [_np_random(base + i) for i in range(self.num_envs)]
+        states = [self.task.reset_state(rng, self._qpos0, self._qvel0) for rng in self._rngs]
+        return self._set_state(np.stack([q for q, _ in states]), np.stack([v for _, v in states]))
+
+    def _step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
+        act = action.detach().to("cpu", torch.float64).numpy()
+        n = self.num_envs
+        live = self._live & ~self.done.cpu().numpy()  # ended episodes are not stepped any more
+        reward = np.zeros(n, dtype=np.float32)
+        terminated = np.zeros(n, dtype=bool)
+        if live.any():
+            ids = None if live.all() else np.flatnonzero(live)
+            sel = slice(None) if ids is None else ids
+            before = self.task.before(self._state(ids))
+            self._ctrl[sel] = act[sel]
+            self.sim.step(ids, self.frame_skip)
+            r, term = self.task.reward(self._state(ids), before, act[sel], self.dt)
+            reward[sel], terminated[sel] = r, term
+        self._live = live
+        obs = self.task.obs(self._state())
+        return self._tensor(obs), self._tensor(reward), self._tensor(terminated, torch.bool), None
+
+    def close(self) -> None:
+        self.sim.close()

@@ -1,0 +1,96 @@
+"""Brax / MuJoCo Playground backend: on JAX-CPU in CI, DLPack and profiler checks on the GPU (-m gpu)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("jax", reason="needs the brax extra: pip install -e '.[brax]'")
+pytest.importorskip("brax", reason="needs the brax extra: pip install -e '.[brax]'")
+
+import gprl.envs as genvs
+
+
+@pytest.fixture(scope="module")
+def pendulum() -> genvs.VecEnv:
+    return genvs.make("inverted_pendulum", backend="brax", num_envs=6, device="cpu")
+
+
+def test_protocol_on_jax_cpu(pendulum: genvs.VecEnv) -> None:
+    env = pendulum
+    obs = env.reset(seed=0)
+    assert obs.shape == (6, 4) and obs.dtype == torch.float32 and obs.device == torch.device("cpu")
+    assert env.act_dim == 1 and env.action_low.shape == (1,) and bool(env.action_low < env.action_high)
+    obs, r, te, tr = env.step(torch.zeros(6, 1))
+    assert r.shape == (6,) and r.dtype == torch.float32 and te.dtype == torch.bool and tr.dtype == torch.bool
+
+
+def test_seeding_and_masking(pendulum: genvs.VecEnv) -> None:
+    env = pendulum
+    policy = lambda o: torch.full((3, 2, 1), 0.05)
+    a = genvs.rollout(env, policy, 3, 2, max_steps=200, seed=5, check_every=10)
+    b = genvs.rollout(env, policy, 3, 2, max_steps=200, seed=5, check_every=10)
+    c = genvs.rollout(env, policy, 3, 2, max_steps=200, seed=6, check_every=10)
+    assert torch.equal(a.returns, b.returns) and not torch.equal(a.returns, c.returns)
+    # Brax's inverted pendulum pays 1 per step: with masking the return is the episode length exactly
+    assert (a.lengths < 200).all() and a.steps < 200
+    assert torch.equal(a.returns, a.lengths.double())
+    # after termination the flags stay set and rewards are 0, though Brax's own done may flip back
+    env.reset(seed=5)
+    ended = torch.zeros(6, dtype=torch.bool)
+    for _ in range(150):
+        _, r, te, _ = env.step(torch.full((6, 1), 0.05))
+        assert torch.equal(r[ended], torch.zeros(int(ended.sum())))
+        assert te[ended].all()
+        ended |= te
+
+
+def test_dlpack_shares_storage_on_cpu(pendulum: genvs.VecEnv) -> None:
+    env = pendulum
+    obs = env.reset(seed=0)
+    assert obs.data_ptr() == env._state.obs.unsafe_buffer_pointer()
+    action = env.prepare_action(torch.zeros(6, 1))
+    assert env.to_jax(action).unsafe_buffer_pointer() == action.data_ptr()
+
+
+def test_bad_inputs(pendulum: genvs.VecEnv) -> None:
+    pendulum.reset()
+    with pytest.raises(ValueError, match="action must have shape"):
+        pendulum.step(torch.zeros(6, 2))
+    with pytest.raises(ValueError, match="pipeline must be one of"):
+        genvs.make("hopper", backend="brax", pipeline="bullet", device="cpu")
+
+
+def test_playground_dm_control_task() -> None:
+    pytest.importorskip("mujoco_playground", reason="needs MuJoCo Playground: pip install playground")
+    env = genvs.make("CartpoleBalance", backend="brax", num_envs=4, device="cpu")
+    assert genvs.make.__module__ and env.obs_dim == 5 and env.act_dim == 1 and env.episode_length == 1000
+    res = genvs.rollout(env, lambda o: torch.zeros(2, 2, 1), 2, 2, max_steps=20, seed=0)
+    assert res.returns.shape == (2, 2) and (res.returns > 0).all() and (res.lengths == 20).all()
+
+
+# ---------------------------------------------------------------------------------------------- GPU only
+@pytest.mark.gpu
+def test_gpu_no_copy_and_no_host_transfers() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    env = genvs.make("hopper", backend="brax", num_envs=1024, device="cuda")
+    obs = env.reset(seed=0)
+    assert obs.is_cuda and obs.data_ptr() == env._state.obs.unsafe_buffer_pointer()
+    action = env.prepare_action(torch.zeros(1024, env.act_dim, device="cuda"))
+    assert env.to_jax(action).unsafe_buffer_pointer() == action.data_ptr()
+    for _ in range(3):  # compile and warm up
+        obs, *_ = env.step(action)
+    assert obs.data_ptr() == env._state.obs.unsafe_buffer_pointer()
+    torch.cuda.synchronize()
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(10):
+            a = torch.tanh(obs[:, : env.act_dim])
+            obs, _r, _te, _tr = env.step(a)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events()]
+    copies = [n for n in names if "Memcpy HtoD" in n or "Memcpy DtoH" in n or "cudaMemcpy " in n]
+    assert not copies, f"device<->host copies inside the step loop: {sorted(set(copies))}"
+    prof.export_chrome_trace("/tmp/gprl_brax_step_trace.json")

@@ -1,0 +1,83 @@
+"""The native MuJoCo backend against Gymnasium's own v5 environments (the independent reference)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+gym = pytest.importorskip("gymnasium", reason="needs the mujoco extra: pip install -e '.[mujoco]'")
+pytest.importorskip("mujoco", reason="needs the mujoco extra: pip install -e '.[mujoco]'")
+
+import gprl.envs as genvs
+from gprl.envs.mujoco_tasks import TASKS
+
+N = 3
+
+
+def _compare(task: str, steps: int, seed: int, action_scale: float = 1.0) -> None:
+    env = genvs.make(task, backend="mujoco", num_envs=N)
+    refs = [gym.make(TASKS[task].gym_id) for _ in range(N)]
+    obs = env.reset(seed=seed)
+    # reset(seed) seeds environment i with seed + i, as gymnasium.vector does
+    ref_obs = np.stack([r.reset(seed=seed + i)[0] for i, r in enumerate(refs)])
+    np.testing.assert_allclose(obs.numpy(), ref_obs, rtol=1e-6, atol=1e-6)
+    low, high = env.action_low.numpy(), env.action_high.numpy()
+    rng = np.random.default_rng(seed)
+    ours, theirs = np.zeros(N), np.zeros(N)
+    ended = np.zeros(N, dtype=bool)
+    for _ in range(steps):
+        raw = rng.uniform(low, high, size=(N, env.act_dim)).astype(np.float32) * action_scale
+        obs, reward, terminated, truncated = env.step(torch.from_numpy(raw))
+        clipped = np.clip(raw, low, high)  # our adapter clips; Gymnasium is given the clipped action
+        for i, ref in enumerate(refs):
+            if ended[i]:
+                assert reward[i] == 0.0, "reward after the end of an episode must be masked"
+                continue
+            o, r, te, tr, _ = ref.step(clipped[i])
+            np.testing.assert_allclose(obs[i].numpy(), o, rtol=1e-5, atol=1e-5)
+            assert float(reward[i]) == pytest.approx(r, rel=1e-6, abs=1e-6)
+            assert bool(terminated[i]) == te and bool(truncated[i]) == (tr and not te)
+            theirs[i] += r
+            ours[i] += float(reward[i])
+            ended[i] = te or tr
+        if ended.all():
+            break
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+    assert np.all(np.abs(theirs) > 0)  # the comparison was not on zeros
+
+
+@pytest.mark.parametrize("task", ["hopper", "walker2d", "halfcheetah", "swimmer", "ant"])
+def test_returns_equal_gymnasium_v5(task: str) -> None:
+    _compare(task, steps=1000, seed=11)
+
+
+@pytest.mark.parametrize("task", ["humanoid", "inverted_pendulum", "inverted_double_pendulum", "reacher"])
+def test_other_v5_tasks_equal_gymnasium(task: str) -> None:
+    _compare(task, steps=200, seed=5)
+
+
+def test_out_of_bound_actions_are_clipped_like_gymnasium_sees_them() -> None:
+    _compare("hopper", steps=150, seed=3, action_scale=4.0)
+
+
+def test_set_state_gives_gymnasium_trajectory() -> None:
+    """Arbitrary initial states (not from our RNG) give the same trajectory as Gymnasium's set_state."""
+    env = genvs.make("walker2d", backend="mujoco", num_envs=2)
+    ref = gym.make("Walker2d-v5").unwrapped
+    rng = np.random.default_rng(0)
+    qpos = ref.init_qpos + rng.uniform(-0.05, 0.05, size=(2, ref.model.nq))
+    qvel = rng.normal(size=(2, ref.model.nv)) * 0.1
+    env.set_state(qpos, qvel)
+    ref.reset(seed=0)
+    ref.set_state(qpos[1], qvel[1])
+    acts = rng.uniform(-1, 1, size=(50, 2, env.act_dim)).astype(np.float32)
+    total, ref_total = 0.0, 0.0
+    for a in acts:
+        _, r, _te, _ = env.step(torch.from_numpy(a))
+        _, rr, rte, _, _ = ref.step(a[1])
+        total += float(r[1])
+        ref_total += rr
+        if rte:
+            break
+    assert total == pytest.approx(ref_total, rel=1e-6)
