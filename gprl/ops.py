@@ -34,8 +34,8 @@ def _validate_fake(kind, code, out, value, size, n_in, n_out):
 
 
 @torch.library.register_fake("gprl::forward")
-def _forward_fake(kind, code, out, value, size, X, n_out, max_stack):
-    return X.new_empty((kind.shape[0], X.shape[0], n_out))
+def _forward_fake(kind, code, out, value, size, Xt, n_out, max_stack):
+    return Xt.new_empty((kind.shape[0], Xt.shape[1], n_out))
 
 
 @torch.library.register_fake("gprl::forward_batched")
@@ -44,5 +44,5 @@ def _forward_batched_fake(kind, code, out, value, size, X, n_out, max_stack):
 
 
 @torch.library.register_fake("gprl::fitness")
-def _fitness_fake(kind, code, out, value, size, X, y, weight, metric, max_stack):
-    return X.new_empty((kind.shape[0],))
+def _fitness_fake(kind, code, out, value, size, Xt, yt, weight, metric, max_stack):
+    return Xt.new_empty((kind.shape[0],))

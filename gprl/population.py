@@ -34,6 +34,7 @@ import sympy
 import torch
 
 from . import functions as F
+from .dataset import Dataset, as_float_tensor
 
 PAD, VAR, CONST, FUNC = 0, 1, 2, 3
 KIND_MASK, OUTPUT_FLAG = 0x03, 0x04
@@ -69,23 +70,6 @@ def _seed_from(seed: int | torch.Generator | None) -> int:
     return int(torch.randint(0, 2**62, (1,), generator=seed).item())
 
 
-def _as_data(x, name: str, device: torch.device) -> torch.Tensor:
-    """Validates and converts user data to a float32 tensor on `device`."""
-    if isinstance(x, np.ndarray):
-        x = torch.from_numpy(x)
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor or numpy array, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise ValueError(f"{name} must have a floating dtype, got {x.dtype}; convert it with {name}.float()")
-    if x.device != device:
-        raise ValueError(f"{name} is on {x.device} but the population is on {device}; move it with "
-                         f"{name}.to('{device}') or the population with .to('{x.device}')")
-    x = x.to(torch.float32).contiguous()
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} contains NaN or inf values; clean or impute them first")
-    return x
-
-
 @dataclass
 class Population:
     kind: torch.Tensor
@@ -97,6 +81,7 @@ class Population:
     n_out: int = 1
 
     def __post_init__(self):
+        self._stack_cache: tuple | None = None
         names = ("kind", "code", "out", "value", "size")
         dtypes = (torch.uint8, torch.int16, torch.uint8, torch.float32, torch.int16)
         for name, dtype in zip(names, dtypes):
@@ -246,13 +231,18 @@ class Population:
         return torch.where(is_fn, _arity_table(self.device)[idx], 0)
 
     def max_stack(self) -> int:
-        """Evaluation stack depth the population needs (one host sync)."""
-        if len(self) == 0:
-            return 1
-        valid = (self.kind & KIND_MASK) != PAD
-        step = torch.where(valid, 1 - self.arities(), 0)
-        height = step.flip(1).cumsum(1)  # stack height after evaluating each node, last to first
-        return max(1, int(height.max()))
+        """Evaluation stack depth the population needs (one host sync, then cached until a tensor changes)."""
+        key = (self.kind.data_ptr(), self.code.data_ptr(), self.kind._version, self.code._version, len(self))
+        if self._stack_cache is None or self._stack_cache[0] != key:
+            if len(self) == 0:
+                need = 1
+            else:
+                valid = (self.kind & KIND_MASK) != PAD
+                step = torch.where(valid, 1 - self.arities(), 0)
+                height = step.flip(1).cumsum(1)  # stack height after evaluating each node, last to first
+                need = max(1, int(height.max()))
+            self._stack_cache = (key, need)
+        return self._stack_cache[1]
 
     def validate(self) -> torch.Tensor:
         """Per-tree error code, [P] int32 (0 = valid; meanings in ``TREE_ERRORS``)."""
@@ -278,42 +268,46 @@ class Population:
         """
         from .ops import ops
 
-        X = _as_data(X, "X", self.device)
+        X = as_float_tensor(X, "X", self.device)
         if X.dim() not in (2, 3) or X.shape[-1] != self.n_in:
             raise ValueError(f"X must be [B, n_in] or [P, B, n_in] with n_in={self.n_in}, got {tuple(X.shape)}")
-        if X.dim() == 3 and X.shape[0] != len(self):
-            raise ValueError(f"X is [P, B, n_in] with P={X.shape[0]} but the population has {len(self)} trees")
-        op = ops.forward if X.dim() == 2 else ops.forward_batched
-        return op(*self.tensors(), X, self.n_out, self.max_stack())
+        if X.dim() == 3:
+            if X.shape[0] != len(self):
+                raise ValueError(f"X is [P, B, n_in] with P={X.shape[0]} but the population has {len(self)} trees")
+            return ops.forward_batched(*self.tensors(), X, self.n_out, self.max_stack())
+        return ops.forward(*self.tensors(), X.t().contiguous(), self.n_out, self.max_stack())
 
     __call__ = forward
 
-    def fitness(self, X, y, metric: str = "mse", weight=None) -> torch.Tensor:
+    def fitness(self, X, y=None, metric: str = "mse", weight=None) -> torch.Tensor:
         """Regression loss of every tree, [P] float32, without materialising predictions.
 
-        ``y`` is ``[D]`` or ``[D, n_out]``; multi-output losses are the mean over outputs. ``weight`` ([D],
-        >= 0) weights rows.
+        Pass ``X[D, n_in]`` and ``y`` (``[D]`` or ``[D, n_out]``), or a prepared :class:`gprl.Dataset` as
+        ``X`` (validated once: the fast path for repeated calls). Multi-output losses are the mean over
+        outputs; ``weight`` ([D], >= 0) weights rows.
         """
         from .ops import ops
 
         if metric not in METRICS:
             raise ValueError(f"metric must be one of {list(METRICS)}, got {metric!r}")
-        X = _as_data(X, "X", self.device)
-        y = _as_data(y, "y", self.device)
-        if X.dim() != 2 or X.shape[1] != self.n_in:
-            raise ValueError(f"X must be [D, n_in] with n_in={self.n_in}, got {tuple(X.shape)}")
-        if y.dim() == 1:
-            y = y[:, None]
-        if y.dim() != 2 or y.shape != (X.shape[0], self.n_out):
-            raise ValueError(f"y must be [D] or [D, n_out] with D={X.shape[0]}, n_out={self.n_out}; "
-                             f"got {tuple(y.shape)}")
-        if X.shape[0] == 0:
-            raise ValueError("X has no rows")
-        if weight is not None:
-            weight = _as_data(weight, "weight", self.device)
-            if weight.shape != (X.shape[0],) or bool((weight < 0).any()) or not bool(weight.sum() > 0):
-                raise ValueError(f"weight must be [D] with D={X.shape[0]}, >= 0 and not all 0")
-        return ops.fitness(*self.tensors(), X, y, weight, METRICS[metric], self.max_stack())
+        if isinstance(X, Dataset):
+            if y is not None or weight is not None:
+                raise ValueError("pass y and weight inside the Dataset, not beside it")
+            data = X
+        else:
+            if y is None:
+                raise ValueError("y is required unless X is a gprl.Dataset")
+            if isinstance(X, torch.Tensor) and X.device != self.device:
+                as_float_tensor(X, "X", self.device)  # raises the device message
+            data = Dataset(X, y, weight, device=self.device)
+        if data.device != self.device:
+            raise ValueError(f"the dataset is on {data.device} but the population is on {self.device}; "
+                             f"use dataset.to('{self.device}')")
+        if data.n_in != self.n_in:
+            raise ValueError(f"X must be [D, n_in] with n_in={self.n_in}, got {tuple(data.X.shape)}")
+        if data.n_out != self.n_out:
+            raise ValueError(f"y must be [D] or [D, n_out] with n_out={self.n_out}, got {tuple(data.y.shape)}")
+        return ops.fitness(*self.tensors(), data.Xt, data.yt, data.weight, METRICS[metric], self.max_stack())
 
     # ---- persistence ----
     def save(self, path: str | os.PathLike) -> None:

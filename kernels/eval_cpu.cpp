@@ -75,13 +75,13 @@ void eval_chunk(const TreeView& t, const float* x, int64_t ld, int64_t n_in, int
 }
 
 at::Tensor forward_cpu(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,
-                       const at::Tensor& size, const at::Tensor& X, int64_t n_out, int64_t max_stack) {
+                       const at::Tensor& size, const at::Tensor& Xt, int64_t n_out, int64_t max_stack) {
   check_population(kind, code, out, value, size);
-  check_data(X, kind, "X");
-  TORCH_CHECK(X.dim() == 2, "gprl: X must be [D, n_in]");
-  int64_t P = kind.size(0), D = X.size(0);
-  at::Tensor xc = X.t().contiguous();  // column-major: one input column is contiguous
-  at::Tensor Y = at::zeros({P, D, n_out}, X.options());
+  check_data(Xt, kind, "Xt");
+  TORCH_CHECK(Xt.dim() == 2, "gprl: Xt must be [n_in, D]");
+  int64_t P = kind.size(0), n_in = Xt.size(0), D = Xt.size(1);
+  at::Tensor xc = Xt.contiguous();
+  at::Tensor Y = at::zeros({P, D, n_out}, Xt.options());
   const float* xp = xc.data_ptr<float>();
   float* yp = Y.data_ptr<float>();
   int64_t chunks = (D + CHUNK - 1) / CHUNK;
@@ -91,7 +91,7 @@ at::Tensor forward_cpu(const at::Tensor& kind, const at::Tensor& code, const at:
       int64_t t = job / chunks, r0 = (job % chunks) * CHUNK;
       int n = int(std::min<int64_t>(CHUNK, D - r0));
       float* y = yp + (t * D + r0) * n_out;
-      eval_chunk(tree_at(kind, code, out, value, size, t), xp + r0, D, X.size(1), n_out, n, stack.data(), int(max_stack),
+      eval_chunk(tree_at(kind, code, out, value, size, t), xp + r0, D, n_in, n_out, n, stack.data(), int(max_stack),
                  [&](int k, const float* v) { for (int r = 0; r < n; ++r) y[r * n_out + k] += v[r]; });
     }
   });
@@ -126,15 +126,15 @@ at::Tensor forward_batched_cpu(const at::Tensor& kind, const at::Tensor& code, c
 }
 
 at::Tensor fitness_cpu(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,
-                       const at::Tensor& size, const at::Tensor& X, const at::Tensor& y,
+                       const at::Tensor& size, const at::Tensor& Xt, const at::Tensor& yt,
                        const std::optional<at::Tensor>& weight, int64_t metric, int64_t max_stack) {
   check_population(kind, code, out, value, size);
-  check_data(X, kind, "X");
-  check_data(y, kind, "y");
-  TORCH_CHECK(X.dim() == 2 && y.dim() == 2 && y.size(0) == X.size(0), "gprl: X must be [D, n_in], y [D, n_out]");
+  check_data(Xt, kind, "Xt");
+  check_data(yt, kind, "yt");
+  TORCH_CHECK(Xt.dim() == 2 && yt.dim() == 2 && yt.size(1) == Xt.size(1), "gprl: Xt must be [n_in, D], yt [n_out, D]");
   TORCH_CHECK(metric >= MSE && metric <= RMSE, "gprl: metric must be 0 (MSE), 1 (MAE) or 2 (RMSE)");
-  int64_t P = kind.size(0), D = X.size(0), n_out = y.size(1);
-  at::Tensor xc = X.t().contiguous(), yc = y.t().contiguous();
+  int64_t P = kind.size(0), n_in = Xt.size(0), D = Xt.size(1), n_out = yt.size(0);
+  at::Tensor xc = Xt.contiguous(), yc = yt.contiguous();
   at::Tensor w;
   if (weight.has_value()) {
     check_data(*weight, kind, "weight");
@@ -157,7 +157,7 @@ at::Tensor fitness_cpu(const at::Tensor& kind, const at::Tensor& code, const at:
         int64_t r0 = ch * CHUNK;
         int n = int(std::min<int64_t>(CHUNK, D - r0));
         std::fill(pred.begin(), pred.end(), 0.f);
-        eval_chunk(tree, xp + r0, D, X.size(1), n_out, n, stack.data(), int(max_stack),
+        eval_chunk(tree, xp + r0, D, n_in, n_out, n, stack.data(), int(max_stack),
                    [&](int k, const float* v) { for (int r = 0; r < n; ++r) pred[k * CHUNK + r] += v[r]; });
         for (int64_t k = 0; k < n_out; ++k) {
           double s = 0.0;  // double: squared errors of float32 predictions may exceed float32's range
@@ -176,7 +176,7 @@ at::Tensor fitness_cpu(const at::Tensor& kind, const at::Tensor& code, const at:
     denom = 0.0;
     for (int64_t r = 0; r < D; ++r) denom += wp[r];
   }
-  at::Tensor result = at::empty({P}, X.options());
+  at::Tensor result = at::empty({P}, Xt.options());
   float* rp = result.data_ptr<float>();
   for (int64_t t = 0; t < P; ++t) {
     double total = 0.0;

@@ -289,18 +289,60 @@ __global__ void fitness_kernel(const uint8_t* kind, const int16_t* code, const u
   }
 }
 
+// Loss of a mean over `D` rows, or over the weight sum when weights were given (read on the device).
+__device__ __forceinline__ double finish_metric(double s, int64_t D, const double* wsum, int metric) {
+  const double m = s / (wsum ? *wsum : double(D));
+  return metric == RMSE ? sqrt(m) : m;
+}
+
 __global__ void finish_loss_kernel(const double* partial, int64_t P, int64_t nseg, int n_out, int metric,
-                                   double denom, float* result) {
+                                   int64_t D, const double* wsum, float* result) {
   const int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (p >= P) return;
   double total = 0.0;
   for (int k = 0; k < n_out; ++k) {
     double s = 0.0;
     for (int64_t seg = 0; seg < nseg; ++seg) s += partial[(p * nseg + seg) * n_out + k];
-    const double m = s / denom;
-    total += metric == RMSE ? sqrt(m) : m;
+    total += finish_metric(s, D, wsum, metric);
   }
   result[p] = float(total / n_out);
+}
+
+// One warp per single-output tree, looping over all D rows; the tree is read from global memory (every
+// lane reads the same node: one broadcast transaction) and the loss is reduced with shuffles in fixed order.
+template <int R, int STACK>
+__global__ void fitness_warp_kernel(const uint8_t* kind, const int16_t* code, const uint8_t* out,
+                                    const float* value, const int16_t* size, int L, int64_t P, const float* X,
+                                    const float* Yt, const float* W, int64_t D, int n_in, int metric,
+                                    const double* wsum, float* result) {
+  const int64_t p = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / WARP;
+  const int lane = threadIdx.x % WARP;
+  if (p >= P) return;  // whole warps leave together
+  const int64_t o = p * L;
+  const Tree t{kind + o, code + o, out + o, value + o, int(size[o])};
+  double s = 0.0;
+  bool ok = true;
+  for (int64_t base = lane; base < D && ok; base += int64_t(WARP) * R) {
+    auto row = [&](int r) { return base + int64_t(r) * WARP; };
+    auto load = [&](int v, int r) { return row(r) < D ? X[int64_t(v) * D + row(r)] : 0.f; };
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = 0.f;
+    auto emit = [&](int, int r, float v) { acc[r] += v; };
+    ok = eval_tree<R, STACK>(t, n_in, 1, load, emit);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (row(r) >= D) continue;
+      const double e = double(acc[r]) - double(Yt[row(r)]);
+      const double l = metric == MAE ? fabs(e) : e * e;
+      s += W ? W[row(r)] * l : l;
+    }
+  }
+  // lanes whose first row is past D skipped the loop; every lane of the warp must join the reduction
+  if (!ok) s = NAN;
+#pragma unroll
+  for (int off = WARP / 2; off > 0; off /= 2) s += __shfl_down_sync(0xffffffffu, s, off);
+  if (lane == 0) result[p] = float(finish_metric(s, D, wsum, metric));
 }
 
 template <int V>
@@ -342,15 +384,15 @@ void set_smem(const void* kernel, size_t bytes) {
 }
 
 at::Tensor forward_cuda(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,
-                        const at::Tensor& size, const at::Tensor& X, int64_t n_out, int64_t max_stack) {
+                        const at::Tensor& size, const at::Tensor& Xt, int64_t n_out, int64_t max_stack) {
   check_population(kind, code, out, value, size);
-  check_data(X, kind, "X");
-  TORCH_CHECK(X.dim() == 2, "gprl: X must be [D, n_in]");
+  check_data(Xt, kind, "Xt");
+  TORCH_CHECK(Xt.dim() == 2, "gprl: Xt must be [n_in, D]");
   c10::cuda::CUDAGuard guard(kind.device());
-  const int64_t P = kind.size(0), L = kind.size(1), D = X.size(0);
-  at::Tensor Y = at::zeros({P, D, n_out}, X.options());
+  const int64_t P = kind.size(0), L = kind.size(1), D = Xt.size(1);
+  at::Tensor Y = at::zeros({P, D, n_out}, Xt.options());
   if (P == 0 || D == 0 || L == 0) return Y;
-  at::Tensor xc = X.t().contiguous();
+  at::Tensor xc = Xt.contiguous();
   int rows, threads;
   shared_mode_shape(D, &rows, &threads);
   with_stack(max_stack, rows, [&](auto r_, auto s_) {
@@ -392,27 +434,45 @@ at::Tensor forward_batched_cuda(const at::Tensor& kind, const at::Tensor& code, 
 }
 
 at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,
-                        const at::Tensor& size, const at::Tensor& X, const at::Tensor& y,
+                        const at::Tensor& size, const at::Tensor& Xt, const at::Tensor& yt,
                         const std::optional<at::Tensor>& weight, int64_t metric, int64_t max_stack) {
   check_population(kind, code, out, value, size);
-  check_data(X, kind, "X");
-  check_data(y, kind, "y");
-  TORCH_CHECK(X.dim() == 2 && y.dim() == 2 && y.size(0) == X.size(0), "gprl: X must be [D, n_in], y [D, n_out]");
+  check_data(Xt, kind, "Xt");
+  check_data(yt, kind, "yt");
+  TORCH_CHECK(Xt.dim() == 2 && yt.dim() == 2 && yt.size(1) == Xt.size(1), "gprl: Xt must be [n_in, D], yt [n_out, D]");
   TORCH_CHECK(metric >= MSE && metric <= RMSE, "gprl: metric must be 0 (MSE), 1 (MAE) or 2 (RMSE)");
   c10::cuda::CUDAGuard guard(kind.device());
-  const int64_t P = kind.size(0), L = kind.size(1), D = X.size(0), n_out = y.size(1);
-  at::Tensor result = at::empty({P}, X.options());
+  const int64_t P = kind.size(0), L = kind.size(1), D = Xt.size(1), n_out = yt.size(0);
+  at::Tensor result = at::empty({P}, Xt.options());
   if (P == 0) return result;
   TORCH_CHECK(D > 0 && L > 0, "gprl: fitness needs at least one row and max_len >= 1");
-  at::Tensor xc = X.t().contiguous(), yc = y.t().contiguous();
-  at::Tensor w;
-  double denom = double(D);
+  at::Tensor xc = Xt.contiguous(), yc = yt.contiguous();
+  at::Tensor w, wsum;
   if (weight.has_value()) {
     check_data(*weight, kind, "weight");
     TORCH_CHECK(weight->numel() == D, "gprl: weight must be [D]");
     w = weight->contiguous();
-    denom = w.to(at::kDouble).sum().item<double>();  // fixed-shape torch reduction: deterministic
+    wsum = w.to(at::kDouble).sum();  // stays on the device: no host sync
   }
+  const float* wp = w.defined() ? w.data_ptr<float>() : nullptr;
+  const double* wsum_p = wsum.defined() ? wsum.data_ptr<double>() : nullptr;
+  const int n_in = int(xc.size(0));
+
+  // Small single-output datasets: one warp per tree over all rows, no staging, no second pass.
+  if (n_out == 1 && D <= 1024 && (P >= 2048 || D <= 64)) {
+    const int rows = D <= WARP ? 1 : (D <= 2 * WARP ? 2 : 4);
+    with_stack(max_stack, rows, [&](auto r_, auto s_) {
+      constexpr int R = decltype(r_)::value, S = decltype(s_)::value;
+      constexpr int T = 128;
+      fitness_warp_kernel<R, S><<<blocks_for(P * WARP, T), T, 0, stream()>>>(
+          kind.data_ptr<uint8_t>(), code.data_ptr<int16_t>(), out.data_ptr<uint8_t>(), value.data_ptr<float>(),
+          size.data_ptr<int16_t>(), int(L), P, xc.data_ptr<float>(), yc.data_ptr<float>(), wp, D, n_in,
+          int(metric), wsum_p, result.data_ptr<float>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+    return result;
+  }
+
   int rows, threads;
   shared_mode_shape(D, &rows, &threads);
   const bool multi = n_out > 1;
@@ -421,22 +481,21 @@ at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at
   with_stack(max_stack, rows, [&](auto r_, auto s_) {
     constexpr int R = decltype(r_)::value, S = decltype(s_)::value;
     const int64_t nseg = (D + int64_t(threads) * R - 1) / (int64_t(threads) * R);
-    at::Tensor partial = at::empty({P * nseg * n_out}, X.options().dtype(at::kDouble));
+    at::Tensor partial = at::empty({P * nseg * n_out}, Xt.options().dtype(at::kDouble));
     const size_t smem = tree_smem_bytes(L) + (multi ? size_t(threads) * R * n_out * 4 : 0) + WARP * 8;
     auto launch = [&](auto kernel) {
       set_smem(reinterpret_cast<const void*>(kernel), smem);
       kernel<<<P * nseg, threads, smem, stream()>>>(
           kind.data_ptr<uint8_t>(), code.data_ptr<int16_t>(), out.data_ptr<uint8_t>(), value.data_ptr<float>(),
-          size.data_ptr<int16_t>(), int(L), xc.data_ptr<float>(), yc.data_ptr<float>(),
-          w.defined() ? w.data_ptr<float>() : nullptr, D, int(xc.size(0)), int(n_out), int(metric), nseg,
-          partial.data_ptr<double>());
+          size.data_ptr<int16_t>(), int(L), xc.data_ptr<float>(), yc.data_ptr<float>(), wp, D, n_in, int(n_out),
+          int(metric), nseg, partial.data_ptr<double>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
     if (multi) launch(fitness_kernel<R, S, true>);
     else launch(fitness_kernel<R, S, false>);
     constexpr int T = 128;
     finish_loss_kernel<<<blocks_for(P, T), T, 0, stream()>>>(partial.data_ptr<double>(), P, nseg, int(n_out),
-                                                             int(metric), denom, result.data_ptr<float>());
+                                                             int(metric), D, wsum_p, result.data_ptr<float>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return result;

@@ -49,8 +49,9 @@ def _functions(xp_round):
 
 
 # float32 mode rounds every node's result to float32 (what the kernels compute up to libm ulps);
-# float64 mode keeps full precision; the perturbed modes nudge every node's result by +-2 float32 ulps,
-# which reveals outputs whose value hinges on rounding (ill-conditioned: libm differences decide them).
+# float64 mode keeps full precision; the perturbed modes nudge every node's result by +-4 float32 ulps (the
+# largest error CUDA documents for its float functions), which reveals outputs whose value hinges on rounding
+# (ill-conditioned: libm differences decide them).
 FUNCS32 = _functions(lambda v: np.asarray(v, np.float32).astype(np.float64))
 FUNCS64 = _functions(lambda v: np.asarray(v, np.float64))
 
@@ -60,7 +61,7 @@ def _perturbed(seed):
 
     def nudge(v):
         v = np.asarray(v, np.float64)
-        return v * (1.0 + rng.choice([-1.0, 1.0], size=v.shape) * 2.0**-22)
+        return v * (1.0 + rng.choice([-1.0, 1.0], size=v.shape) * 2.0**-21)
     return _functions(nudge)
 
 
@@ -114,7 +115,7 @@ def loss(pred, y, metric, weight=None):
 
 def compare(actual, pop, X, rtol=1e-5, atol=1e-6):
     """Checks kernel outputs against the float32 reference where the result is well conditioned (float64
-    and two runs with every node nudged by 2 ulps agree to rtol/4). Returns the fraction left out."""
+    and two runs with every node nudged by 4 ulps agree to rtol/4). Returns the fraction left out."""
     actual = actual.cpu().numpy().astype(np.float64)
     ref32 = eval_population(pop, X, 32)
     ref64 = eval_population(pop, X, 64)
