@@ -35,7 +35,7 @@ class Dataset:
     def __init__(self, X, y, weight=None, device: str | torch.device | None = None):
         if device is None:
             device = X.device if isinstance(X, torch.Tensor) else torch.device("cpu")
-        device = torch.device(device)
+        device = torch.empty(0, device=device).device  # canonical form: "cuda" -> "cuda:0"
         if isinstance(X, torch.Tensor) and X.device != device:
             X = X.to(device)
         if isinstance(y, torch.Tensor) and y.device != device:

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from gprl import Population
+from gprl import Dataset, Population
 
 FUNCTIONS = ["add", "sub", "mul", "div", "sin", "cos", "tan"]
 
@@ -74,9 +74,9 @@ def main() -> None:
         for D in args.rows:
             if P * D > args.max_work:
                 continue
-            X = torch.rand(D, 8, generator=gen).mul(2).sub(1).to(args.device)
-            y = torch.rand(D, generator=gen).to(args.device)
-            seconds = time_call(lambda: pop.fitness(X, y), args.device, args.repeats, args.budget)
+            # a Dataset is validated and laid out once, as a GP run does for its training data
+            data = Dataset(torch.rand(D, 8, generator=gen) * 2 - 1, torch.rand(D, generator=gen), device=args.device)
+            seconds = time_call(lambda: pop.fitness(data), args.device, args.repeats, args.budget)
             results.append({"P": P, "D": D, "mean_size": round(mean_size, 2), "seconds": seconds,
                             "gpops": P * mean_size * D / seconds})
     print(json.dumps({"benchmark": "sr_fitness", "device": device_name(args.device), "torch": torch.__version__,
