@@ -204,6 +204,19 @@ def test_constant_mutations_keep_structure_and_are_gaussian():
         assert abs(float(delta[moved].mean())) < 0.05 * sigma
 
 
+def _inserted_at(nodes, sizes, new, k):
+    """Whether `new` is `nodes` with an allowed function inserted above node k, its other children leaves."""
+    suffix = nodes[k + sizes[k]:]
+    head, mid = new[k], new[k + 1:len(new) - len(suffix)]
+    if new[:k] != nodes[:k] or new[len(new) - len(suffix):] != suffix or head[0] & 3 != ref.FUNC:
+        return False
+    if head[1] not in (BY_NAME["neg"].id, BY_NAME["if"].id):
+        return False
+    sub, ar = nodes[k:k + sizes[k]], ARITY[head[1]]
+    return any(mid[p:p + len(sub)] == sub and all(n[0] & 3 in (1, 2) for n in mid[:p] + mid[p + len(sub):])
+               and len(mid) == len(sub) + ar - 1 for p in range(ar))
+
+
 def test_insert_adds_one_allowed_function_above_a_subtree():
     a = population(2000, seed=14)
     params = VariationParams(functions=["neg", "if"])
@@ -219,18 +232,7 @@ def test_insert_adds_one_allowed_function_above_a_subtree():
             continue
         new = rc[t][0]
 
-        def inserted_at(k):
-            suffix = nodes[k + sizes[k]:]
-            head, mid = new[k], new[k + 1:len(new) - len(suffix)]
-            if new[:k] != nodes[:k] or new[len(new) - len(suffix):] != suffix or head[0] & 3 != ref.FUNC:
-                return False
-            if head[1] not in (BY_NAME["neg"].id, BY_NAME["if"].id):
-                return False
-            sub, ar = nodes[k:k + sizes[k]], ARITY[head[1]]
-            return any(mid[p:p + len(sub)] == sub and all(n[0] & 3 in (1, 2) for n in mid[:p] + mid[p + len(sub):])
-                       and len(mid) == len(sub) + ar - 1 for p in range(ar))
-
-        assert any(inserted_at(k) for k in range(len(nodes)))
+        assert any(_inserted_at(nodes, sizes, new, k) for k in range(len(nodes)))
 
 
 def test_subtree_mutation_uses_only_allowed_functions_and_depth():
