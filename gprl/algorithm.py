@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from . import selection as S
+from .ops import ops
 from .population import MAX_DEPTH_LIMIT, METHODS, Population, _seed_from
 from .variation import OPS, VariationParams, _weights_tensor
 
@@ -191,7 +192,7 @@ class GeneticProgramming:
         elites = torch.argsort(loss, stable=True)[: self.elitism]
         parent = self._select(sel_loss, errors, n_kids, _mix(self.seed, g, 1))
         donor = self._select(sel_loss, errors, n_kids, _mix(self.seed, g, 2))
-        u = torch.ops.gprl.uniform(loss, n_kids, _mix(self.seed, g, 3))
+        u = ops.uniform(loss, n_kids, _mix(self.seed, g, 3))
         op = self._op_codes[torch.searchsorted(self._op_cdf, u, right=True)]
         parent = torch.cat([elites, parent])
         donor = torch.cat([elites, donor])
@@ -200,7 +201,7 @@ class GeneticProgramming:
         p = self.params
         lo, hi = (float(c) for c in p.const_range)
         xo = -1.0 if p.crossover_leaf_prob is None else float(p.crossover_leaf_prob)
-        tensors = torch.ops.gprl.vary(
+        tensors = ops.vary(
             *population.tensors(), *population.tensors(), parent, donor, op, zeros, zeros,
             _weights_tensor(p, self.device), self.n_in, self.n_out, int(p.max_depth), int(p.subtree_depth), xo,
             float(p.multi_prob), float(p.const_sigma), float(p.const_prob), lo, hi, float(p.output_prob),

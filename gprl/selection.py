@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from .ops import ops
 from .population import _seed_from
 
 SELECTIONS = ("tournament", "truncation", "rank", "roulette", "lexicase")
@@ -33,7 +34,7 @@ def with_parsimony(loss: torch.Tensor, lengths: torch.Tensor, coefficient: float
 
 
 def _uniform(like: torch.Tensor, n: int, seed) -> torch.Tensor:
-    return torch.ops.gprl.uniform(like, n, _seed_from(seed))
+    return ops.uniform(like, n, _seed_from(seed))
 
 
 def _draw(u: torch.Tensor, m: int) -> torch.Tensor:

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from . import functions as F
+from .ops import ops
 from .population import MAX_DEPTH_LIMIT, Population, _seed_from
 
 OPS: dict[str, int] = {
@@ -144,14 +145,14 @@ def vary(population: Population, op: str | int | torch.Tensor, *, parent=None, d
         raise ValueError("donors must be on the population's device, with n_in/n_out <= the population's")
     s = _seed_from(seed)
     if donor is None:
-        u = torch.ops.gprl.uniform(population.kind, n, s ^ 0x5DEECE66D)
+        u = ops.uniform(population.kind, n, s ^ 0x5DEECE66D)
         donor = (u * len(donors)).long().clamp_(max=max(len(donors) - 1, 0))
     donor = _index(donor, n, "donor", dev, torch.int64, len(donors), check)
     node = _index(0 if node is None else node, n, "node", dev, torch.int32, None, check)
     donor_node = _index(0 if donor_node is None else donor_node, n, "donor_node", dev, torch.int32, None, check)
     lo, hi = (float(c) for c in params.const_range)
     xo = -1.0 if params.crossover_leaf_prob is None else float(params.crossover_leaf_prob)
-    tensors = torch.ops.gprl.vary(
+    tensors = ops.vary(
         *population.tensors(), *donors.tensors(), parent, donor, op, node, donor_node,
         _weights_tensor(params, dev), population.n_in, population.n_out, int(params.max_depth),
         int(params.subtree_depth), xo, float(params.multi_prob), float(params.const_sigma),
