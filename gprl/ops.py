@@ -46,3 +46,21 @@ def _forward_batched_fake(kind, code, out, value, size, X, n_out, max_stack):
 @torch.library.register_fake("gprl::fitness")
 def _fitness_fake(kind, code, out, value, size, Xt, yt, weight, metric, max_stack):
     return Xt.new_empty((kind.shape[0],))
+
+
+def _children_fake(kind, n):
+    shape = (n, kind.shape[1])
+    return (kind.new_empty(shape), kind.new_empty(shape, dtype=torch.int16), kind.new_empty(shape),
+            kind.new_empty(shape, dtype=torch.float32), kind.new_empty(shape, dtype=torch.int16))
+
+
+@torch.library.register_fake("gprl::vary")
+def _vary_fake(kind, code, out, value, size, donor_kind, donor_code, donor_out, donor_value, donor_size, parent,
+               donor, op, node, donor_node, func_weights, n_in, n_out, max_depth, subtree_depth, xo_leaf_prob,
+               multi_prob, const_sigma, const_prob, const_low, const_high, output_prob, leaf_prob, seed):
+    return _children_fake(kind, parent.shape[0])
+
+
+@torch.library.register_fake("gprl::uniform")
+def _uniform_fake(like, n, seed):
+    return like.new_empty((n,), dtype=torch.float32)
