@@ -1,12 +1,8 @@
 """gprl: GPU tree genetic programming for interpretable control policies, regression and classification."""
 
-<<<<<<< HEAD
-from . import functions
-from .dataset import Dataset
-=======
 from . import functions, selection, variation
 from .algorithm import GeneticProgramming, ParetoArchive
->>>>>>> ops
+from .dataset import Dataset
 from .population import Population
 from .variation import (
     OPS,
@@ -25,14 +21,10 @@ from .variation import (
     vary,
 )
 
-<<<<<<< HEAD
-__all__ = ["Dataset", "Population", "functions"]
-=======
 __all__ = [
-    "OPS", "GeneticProgramming", "ParetoArchive", "Population", "VariationParams", "constant_mutation",
+    "OPS", "Dataset", "GeneticProgramming", "ParetoArchive", "Population", "VariationParams", "constant_mutation",
     "crossover", "delete_mutation", "functions", "hoist_mutation", "insert_mutation", "multi_constant_mutation",
     "multi_point_mutation", "output_mutation", "point_mutation", "selection", "subtree_exchange",
     "subtree_mutation", "variation", "vary",
 ]
->>>>>>> ops
 __version__ = "0.1.0"
