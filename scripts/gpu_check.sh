@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
-# On the lent GPU machine (offline; torch + nvcc preinstalled): build the kernels, run the GPU tests and the
-# evaluation benchmark. Logs go to $OUT (or ./gpu_out). Usage: bash scripts/gpu_check.sh [pytest args...]
+# On the lent GPU machine (offline; torch, JAX and nvcc preinstalled): install the simulator wheels from
+# .whl/ (see ../shared/GPU.md), build the kernels, run every GPU test and the benchmarks. Logs go to $OUT
+# (default ./gpu_out). Usage: bash scripts/gpu_check.sh [pytest paths...]
 set -uo pipefail
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
-export GPRL_CACHE=${GPRL_CACHE:-/tmp/gprl_cache} PYTHONUNBUFFERED=1
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE:-/tmp/gprl_cache}
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >"$OUT/pip.log" 2>&1
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$OUT/pip.log" 2>&1
 nvidia-smi -L | tee "$OUT/device.txt"
 start=$(date +%s)
 python3 -c "import gprl.ops, gprl._build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee "$OUT/build.log"
 echo "build seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/build.log"
-python3 -m pytest -m gpu -q -p no:cacheprovider "${@:-tests}" 2>&1 | tee "$OUT/gpu_tests.log"
-python3 scripts/bench_eval.py --device cuda > "$OUT/bench_eval_cuda.json" 2> "$OUT/bench_eval_cuda.err"
-python3 - "$OUT/bench_eval_cuda.json" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-print(d["device"])
-for r in d["results"]:
-    print(f'P={r["P"]:>7} D={r["D"]:>7} size={r["mean_size"]:.1f} GPops/s={r["gpops"]:.3g}')
+timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider "${@:-tests}" 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 30
+timeout 120 python3 scripts/bench_eval.py --device cuda > "$OUT/bench_eval_cuda.json" 2> "$OUT/bench_eval_cuda.err"
+timeout 60 python3 scripts/bench_variation.py --device cuda --sizes 1000 10000 100000 1000000 \
+  > "$OUT/bench_variation_cuda.json" 2> "$OUT/bench_variation_cuda.err"
+timeout 120 python3 scripts/bench_envs.py --backends brax --device cuda --sizes 1 1024 32768 --steps 20 \
+  > "$OUT/bench_envs_brax.json" 2> "$OUT/bench_envs_brax.err"
+cp /tmp/gprl_brax_step_trace.json "$OUT/" 2>/dev/null || true
+python3 - "$OUT" <<'PY'
+import json, sys, pathlib
+out = pathlib.Path(sys.argv[1])
+for name in ("bench_eval_cuda.json", "bench_variation_cuda.json"):
+    try:
+        print(name, json.dumps(json.loads((out / name).read_text()))[:3000])
+    except Exception as e:
+        print(name, "unreadable:", e)
+print((out / "bench_envs_brax.json").read_text()[-2000:])
 PY
