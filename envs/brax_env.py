@@ -20,6 +20,7 @@ import os
 from typing import Any
 
 import torch
+import torch.utils.dlpack
 
 from ._deps import available, require
 from .base import VecEnv
@@ -145,7 +146,11 @@ class BraxEnv(VecEnv):
     # --- DLPack in both directions, no copies
     @staticmethod
     def to_torch(x: Any) -> torch.Tensor:
-        return torch.from_dlpack(x)
+        # The legacy (unversioned) capsule: JAX marks its versioned capsules read-only, which torch refuses.
+        # The view is only ever read. Passing torch's stream makes it wait for JAX's pending work.
+        on_gpu = next(iter(x.devices())).platform == "gpu"
+        stream = torch.cuda.current_stream().cuda_stream if on_gpu else None
+        return torch.utils.dlpack.from_dlpack(x.__dlpack__(stream=stream))
 
     def to_jax(self, t: torch.Tensor) -> Any:
         return self._jax.dlpack.from_dlpack(t.contiguous())

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from . import selection as S
+from .devices import canonical_device
 from .ops import ops
 from .population import MAX_DEPTH_LIMIT, METHODS, Population, _seed_from
 from .variation import OPS, VariationParams, _weights_tensor
@@ -132,7 +133,7 @@ class GeneticProgramming:
                                       crossover_leaf_prob=crossover_leaf_prob, multi_prob=multi_prob,
                                       const_sigma=const_sigma, const_prob=const_prob, const_range=tuple(const_range),
                                       output_prob=output_prob)
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.device = canonical_device(device)
         self.seed = _seed_from(seed)
         self.generation = 0
         self.archive = ParetoArchive(n_in, n_out, max_len, self.device)

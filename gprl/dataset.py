@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .devices import canonical_device
+
 
 def as_float_tensor(x, name: str, device: torch.device) -> torch.Tensor:
     """Validates user data and returns it as a contiguous float32 tensor on `device`."""
@@ -35,7 +37,7 @@ class Dataset:
     def __init__(self, X, y, weight=None, device: str | torch.device | None = None):
         if device is None:
             device = X.device if isinstance(X, torch.Tensor) else torch.device("cpu")
-        device = torch.empty(0, device=device).device  # canonical form: "cuda" -> "cuda:0"
+        device = canonical_device(device)
         if isinstance(X, torch.Tensor) and X.device != device:
             X = X.to(device)
         if isinstance(y, torch.Tensor) and y.device != device:

@@ -51,7 +51,7 @@ class _RealFunction(sympy.Function):
         return all(a.is_extended_real for a in self.args) or None
 
 
-class pdiv(_RealFunction):  # noqa: N801 (sympy function names are lower case)
+class pdiv(_RealFunction):
     """Protected division: 1 where |b| < 1e-6."""
 
     nargs = 2
@@ -64,10 +64,10 @@ class pdiv(_RealFunction):  # noqa: N801 (sympy function names are lower case)
 
     def _latex(self, printer):
         a, b = (printer._print(x) for x in self.args)
-        return r"\frac{%s}{%s}" % (a, b)
+        return rf"\frac{{{a}}}{{{b}}}"
 
 
-class pinv(_RealFunction):  # noqa: N801
+class pinv(_RealFunction):
     """Protected inverse: 1 where |a| < 1e-6."""
 
     nargs = 1
@@ -79,10 +79,10 @@ class pinv(_RealFunction):  # noqa: N801
         return None
 
     def _latex(self, printer):
-        return r"\frac{1}{%s}" % printer._print(self.args[0])
+        return rf"\frac{{1}}{{{printer._print(self.args[0])}}}"
 
 
-class plog(_RealFunction):  # noqa: N801
+class plog(_RealFunction):
     """Protected logarithm: ln|a|, 0 where |a| < 1e-6."""
 
     nargs = 1
@@ -94,7 +94,7 @@ class plog(_RealFunction):  # noqa: N801
         return None
 
     def _latex(self, printer):
-        return r"\ln\left|%s\right|" % printer._print(self.args[0])
+        return rf"\ln\left|{printer._print(self.args[0])}\right|"
 
 
 def _np_pdiv(a, b):

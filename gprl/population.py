@@ -35,6 +35,7 @@ import torch
 
 from . import functions as F
 from .dataset import Dataset, as_float_tensor
+from .devices import canonical_device
 
 PAD, VAR, CONST, FUNC = 0, 1, 2, 3
 KIND_MASK, OUTPUT_FLAG = 0x03, 0x04
@@ -141,7 +142,7 @@ class Population:
             raise ValueError(f"const_range must be finite (low, high) with low <= high, got {const_range}")
         if n_in == 0 and const_prob == 0:
             raise ValueError("n_in is 0 and const_prob is 0: trees would have no leaves; allow constants")
-        device = torch.device(device) if device is not None else torch.device("cpu")
+        device = canonical_device(device)
         from .ops import ops
 
         w = torch.tensor(weights, dtype=torch.float32, device=device)
@@ -151,7 +152,7 @@ class Population:
 
     @classmethod
     def empty(cls, n_in: int, n_out: int = 1, max_len: int = 64, device=None) -> Population:
-        z = dict(device=device)
+        z = {"device": device}
         return cls(torch.zeros(0, max_len, dtype=torch.uint8, **z), torch.zeros(0, max_len, dtype=torch.int16, **z),
                    torch.zeros(0, max_len, dtype=torch.uint8, **z), torch.zeros(0, max_len, **z),
                    torch.zeros(0, max_len, dtype=torch.int16, **z), n_in, n_out)
@@ -500,7 +501,7 @@ def _strip_abs(e: sympy.Expr) -> sympy.Expr:
 
 
 def _encode(e: sympy.Expr, index: dict[str, int]) -> list[Node]:
-    enc = lambda x: _encode(x, index)  # noqa: E731
+    enc = lambda x: _encode(x, index)
     if e.is_Symbol:
         if e.name not in index:
             raise ValueError(f"unknown variable {e.name!r}; known: {list(index)}")

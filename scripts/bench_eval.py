@@ -76,7 +76,7 @@ def main() -> None:
                 continue
             # a Dataset is validated and laid out once, as a GP run does for its training data
             data = Dataset(torch.rand(D, 8, generator=gen) * 2 - 1, torch.rand(D, generator=gen), device=args.device)
-            seconds = time_call(lambda: pop.fitness(data), args.device, args.repeats, args.budget)
+            seconds = time_call(lambda p=pop, d=data: p.fitness(d), args.device, args.repeats, args.budget)
             results.append({"P": P, "D": D, "mean_size": round(mean_size, 2), "seconds": seconds,
                             "gpops": P * mean_size * D / seconds})
     print(json.dumps({"benchmark": "sr_fitness", "device": device_name(args.device), "torch": torch.__version__,

@@ -1,26 +1,26 @@
 #!/usr/bin/env bash
 # On the lent GPU machine (offline; torch, JAX and nvcc preinstalled): install the simulator wheels from
 # .whl/ (see ../shared/GPU.md), build the kernels, run every GPU test and the benchmarks. Logs go to $OUT
-# (default ./gpu_out). Usage: bash scripts/gpu_check.sh [pytest paths...]
+# (default ./gpu_out; at most 8 files come back from the lent machine). Usage: bash scripts/gpu_check.sh [pytest paths...]
 set -uo pipefail
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE:-/tmp/gprl_cache}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >"$OUT/pip.log" 2>&1
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >"$OUT/build.log" 2>&1
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$OUT/pip.log" 2>&1
-nvidia-smi -L | tee "$OUT/device.txt"
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$OUT/build.log" 2>&1
+nvidia-smi -L | tee -a "$OUT/build.log"
 start=$(date +%s)
-python3 -c "import gprl.ops, gprl._build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee "$OUT/build.log"
+python3 -c "import gprl.ops, gprl._build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/build.log"
 echo "build seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/build.log"
 timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider "${@:-tests}" 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 30
-timeout 120 python3 scripts/bench_eval.py --device cuda > "$OUT/bench_eval_cuda.json" 2> "$OUT/bench_eval_cuda.err"
+timeout 120 python3 scripts/bench_eval.py --device cuda > "$OUT/bench_eval_cuda.json" 2>> "$OUT/bench.err"
 timeout 60 python3 scripts/bench_variation.py --device cuda --sizes 1000 10000 100000 1000000 \
-  > "$OUT/bench_variation_cuda.json" 2> "$OUT/bench_variation_cuda.err"
+  > "$OUT/bench_variation_cuda.json" 2>> "$OUT/bench.err"
 timeout 120 python3 scripts/bench_envs.py --backends brax --device cuda --sizes 1 1024 32768 --steps 20 \
-  > "$OUT/bench_envs_brax.json" 2> "$OUT/bench_envs_brax.err"
+  > "$OUT/bench_envs_brax.json" 2>> "$OUT/bench.err"
 cp /tmp/gprl_brax_step_trace.json "$OUT/" 2>/dev/null || true
 python3 - "$OUT" <<'PY'
 import json, sys, pathlib

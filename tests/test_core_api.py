@@ -33,7 +33,7 @@ def test_opcheck_cpu():
 
 
 def test_generate_is_reproducible_and_valid():
-    kw = dict(max_len=128, functions=list(BY_NAME), output_prob=0.5, max_depth=7)
+    kw = {"max_len": 128, "functions": list(BY_NAME), "output_prob": 0.5, "max_depth": 7}
     a = Population.random(3000, 5, 4, seed=11, **kw)
     assert a.equal(Population.random(3000, 5, 4, seed=11, **kw))
     assert not a.equal(Population.random(3000, 5, 4, seed=12, **kw))

@@ -2,12 +2,12 @@
 
 import numpy as np
 import pytest
+import reference as ref
 import torch
 
 import gprl
 from gprl import Population
 from gprl.functions import BY_NAME
-import reference as ref
 
 ALL = list(BY_NAME)
 
@@ -81,7 +81,7 @@ def fig6_tree():
         else:
             kind.append(3); code.append(BY_NAME[e[0]].id); out.append(0); value.append(0.0)
     size = [13, 3, 1, 1, 9, 1, 7, 1, 5, 3, 1, 1, 1]
-    t = lambda v, d: torch.tensor([v], dtype=d)  # noqa: E731
+    t = lambda v, d: torch.tensor([v], dtype=d)
     return Population(t(kind, torch.uint8), t(code, torch.int16), t(out, torch.uint8), t(value, torch.float32),
                       t(size, torch.int16), n_in=5, n_out=3).check()
 

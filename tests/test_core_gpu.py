@@ -2,12 +2,12 @@
 
 import numpy as np
 import pytest
+import reference as ref
 import torch
 
+import gprl
 from gprl import Population
 from gprl.functions import BY_NAME
-import gprl
-import reference as ref
 
 pytestmark = pytest.mark.gpu
 ALL = list(BY_NAME)
@@ -21,7 +21,7 @@ def pair(P, n_in, n_out, seed, **kw):
 
 def test_generate_same_trees_as_cpu_and_repeatable():
     for method in ("grow", "full", "ramped"):
-        kw = dict(max_len=256, method=method, max_depth=7, functions=ALL, output_prob=0.5, seed=42)
+        kw = {"max_len": 256, "method": method, "max_depth": 7, "functions": ALL, "output_prob": 0.5, "seed": 42}
         cpu = Population.random(5000, 6, 3, **kw)
         a = Population.random(5000, 6, 3, device="cuda", **kw)
         b = Population.random(5000, 6, 3, device="cuda", **kw)
