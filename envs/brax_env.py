@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import numpy as np
 import torch
 import torch.utils.dlpack
 
@@ -119,7 +120,7 @@ class BraxEnv(VecEnv):
         act_dim = int(self.env.action_size)
         low, high = torch.full((act_dim,), -1.0), torch.full((act_dim,), 1.0)
         if ctrl is not None and len(ctrl) == act_dim:
-            ctrl_t = torch.as_tensor(ctrl, dtype=torch.float32)
+            ctrl_t = torch.from_numpy(np.array(ctrl, dtype=np.float32))  # a copy: JAX/MuJoCo arrays are read-only
             low, high = ctrl_t[:, 0], ctrl_t[:, 1]
         obs_size = self.env.observation_size
         if not isinstance(obs_size, int):
