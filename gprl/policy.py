@@ -1,0 +1,166 @@
+"""Trees as control policies: observation normalisation, action mapping and batched policy evaluation.
+
+A tree policy sees normalised observations ``x = (obs - mean) / std`` and its raw outputs ``y`` become
+actions through an :class:`ActionMap`:
+
+* ``tanh`` (continuous): ``a = center + half * tanh(y)`` with ``center = (low + high) / 2`` and
+  ``half = (high - low) / 2``, so any output lands inside the bounds;
+* ``clip`` (continuous): ``a = min(max(y, low), high)``;
+* ``argmax`` (discrete): ``y`` are scores, the environment takes their argmax.
+
+The normaliser's statistics are **frozen within a generation** (every individual of a generation sees the same
+mean/std, so their returns are comparable) and updated from that generation's observations afterwards.
+``gprl.export`` folds exactly these formulas into the exported expressions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .envs import VecEnv, rollout
+from .population import Population
+
+ACTION_TRANSFORMS = ("tanh", "clip", "argmax", "none")
+
+
+class ObsNormalizer:
+    """Running mean/variance of observations (float64, Chan's parallel merge), applied as frozen float32.
+
+    ``enabled=False`` is the identity (mean 0, std 1). ``std = sqrt(var + eps)`` so that constant
+    observations do not divide by 0.
+    """
+
+    def __init__(self, dim: int, device: torch.device | str = "cpu", enabled: bool = True, eps: float = 1e-8):
+        if not isinstance(dim, int) or dim < 1:
+            raise ValueError(f"dim must be a positive int (the observation size), got {dim!r}")
+        self.dim, self.enabled, self.eps = dim, bool(enabled), float(eps)
+        self.device = torch.device(device)
+        self.count = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.mean64 = torch.zeros(dim, dtype=torch.float64, device=self.device)
+        self.m2 = torch.zeros(dim, dtype=torch.float64, device=self.device)
+        self.freeze()
+
+    def freeze(self) -> None:
+        """Fix the float32 mean/std that the policies of the next generation see."""
+        if not self.enabled:
+            self.mean = torch.zeros(self.dim, device=self.device)
+            self.std = torch.ones(self.dim, device=self.device)
+            return
+        var = torch.where(self.count > 1, self.m2 / self.count.clamp(min=1), torch.ones_like(self.m2))
+        self.mean = self.mean64.float()
+        self.std = torch.sqrt(var + self.eps).float()
+
+    def merge(self, count: torch.Tensor, total: torch.Tensor, total_sq: torch.Tensor) -> None:
+        """Add a batch given by its count, sum and sum of squares (float64), without host syncs."""
+        if not self.enabled:
+            return
+        n = count.to(torch.float64)
+        safe = n.clamp(min=1)
+        b_mean = total / safe
+        b_m2 = (total_sq - total * b_mean).clamp(min=0)
+        new = self.count + n
+        delta = b_mean - self.mean64
+        w = torch.where(new > 0, n / new.clamp(min=1), torch.zeros_like(n))
+        self.mean64 = self.mean64 + delta * w
+        self.m2 = self.m2 + b_m2 + delta.square() * self.count * w
+        self.count = new
+
+    def normalize(self, obs: torch.Tensor) -> torch.Tensor:
+        return (obs - self.mean) / self.std
+
+    def state_dict(self) -> dict:
+        return {"dim": self.dim, "enabled": self.enabled, "eps": self.eps, "count": self.count.cpu(),
+                "mean64": self.mean64.cpu(), "m2": self.m2.cpu(), "mean": self.mean.cpu(), "std": self.std.cpu()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if int(state["dim"]) != self.dim:
+            raise ValueError(f"normaliser state has dim {state['dim']}, this normaliser {self.dim}")
+        self.enabled, self.eps = bool(state["enabled"]), float(state["eps"])
+        for k in ("count", "mean64", "m2", "mean", "std"):
+            setattr(self, k, state[k].to(self.device))
+
+
+@dataclass
+class ActionMap:
+    """Tree outputs → environment actions (see the module docstring)."""
+
+    transform: str
+    low: torch.Tensor | None = None
+    high: torch.Tensor | None = None
+
+    def __post_init__(self):
+        if self.transform not in ACTION_TRANSFORMS:
+            raise ValueError(f"action transform must be one of {list(ACTION_TRANSFORMS)}, got {self.transform!r}")
+        if self.transform in ("tanh", "clip") and (self.low is None or self.high is None):
+            raise ValueError(f"action transform {self.transform!r} needs action bounds; use 'argmax' for a "
+                             "discrete environment")
+
+    @classmethod
+    def for_env(cls, env: VecEnv, transform: str = "auto") -> ActionMap:
+        if transform == "auto":
+            transform = "argmax" if env.discrete else "tanh"
+        if env.discrete and transform != "argmax":
+            raise ValueError(f"env {env.name!r} is discrete: its action transform must be 'argmax', got {transform!r}")
+        if not env.discrete and transform == "argmax":
+            raise ValueError(f"env {env.name!r} is continuous: use action transform 'tanh' or 'clip', not 'argmax'")
+        return cls(transform, env.action_low, env.action_high)
+
+    @property
+    def n_out(self) -> int | None:
+        return None if self.low is None else len(self.low)
+
+    def center_half(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return (self.low + self.high) / 2, (self.high - self.low) / 2
+
+    def __call__(self, y: torch.Tensor) -> torch.Tensor:
+        if self.transform == "tanh":
+            center, half = self.center_half()
+            return center + half * torch.tanh(y)
+        if self.transform == "clip":
+            return torch.minimum(torch.maximum(y, self.low), self.high)
+        return y  # argmax/none: the environment maps scores / clips
+
+    def state_dict(self) -> dict:
+        return {"transform": self.transform, "low": None if self.low is None else self.low.cpu().tolist(),
+                "high": None if self.high is None else self.high.cpu().tolist()}
+
+
+@dataclass
+class PolicyEvaluation:
+    returns: torch.Tensor  # [P] float64 mean return over the episodes
+    episode_returns: torch.Tensor  # [P, E]
+    env_steps: torch.Tensor  # scalar int64: live environment steps taken (on the device)
+    batch_steps: int
+
+
+@torch.no_grad()
+def evaluate_policies(population: Population, env: VecEnv, action_map: ActionMap, mean: torch.Tensor,
+                      std: torch.Tensor, episodes: int = 1, max_steps: int | None = None, seed: int | None = None,
+                      stats: ObsNormalizer | None = None) -> PolicyEvaluation:
+    """One batched rollout of ``len(population) * episodes`` environments.
+
+    ``mean``/``std`` are ``[obs_dim]`` (shared) or ``[P, obs_dim]`` (per individual). When ``stats`` is given,
+    the observations of live episodes are merged into it after the rollout (not during: frozen statistics).
+    """
+    P = len(population)
+    dev = env.device
+    mean = mean.to(dev).reshape(-1, 1, env.obs_dim) if mean.dim() == 2 else mean.to(dev)
+    std = std.to(dev).reshape(-1, 1, env.obs_dim) if std.dim() == 2 else std.to(dev)
+    acc = [torch.zeros((), dtype=torch.float64, device=dev), torch.zeros(env.obs_dim, dtype=torch.float64, device=dev),
+           torch.zeros(env.obs_dim, dtype=torch.float64, device=dev)]
+
+    def policy(obs: torch.Tensor) -> torch.Tensor:
+        if stats is not None:
+            live = (~env.done).to(torch.float64).reshape(-1, 1)
+            flat = obs.reshape(-1, env.obs_dim).to(torch.float64)
+            acc[0] += live.sum()
+            acc[1] += (flat * live).sum(0)
+            acc[2] += (flat.square() * live).sum(0)
+        return action_map(population.forward((obs - mean) / std))
+
+    res = rollout(env, policy, P, episodes, max_steps=max_steps, seed=seed)
+    if stats is not None:
+        stats.merge(*acc)
+    return PolicyEvaluation(res.mean_return, res.returns, res.lengths.sum(), res.steps)
