@@ -1,0 +1,221 @@
+"""Export a tree policy as formulas in raw observation units: text, LaTeX, a NumPy-only module and JSON.
+
+The exact expression of action ``k`` is the tree's output ``k`` (``Population.to_sympy``, protected forms)
+with every input replaced by ``(obs_i - mean_i) / std_i`` and the action map applied on top (see
+``gprl.policy``). ``policy.py`` evaluates exactly that expression in float64 with the protected functions of
+``gprl.functions`` copied in, so it reproduces the kernels up to float32 rounding. ``policy.txt`` and
+``policy.tex`` show a *reading* form: protected division/log printed plainly, simplified by sympy and constants
+rounded to ``digits`` significant digits.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import keyword
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import sympy
+from sympy.printing.numpy import NumPyPrinter
+
+from . import functions as F
+from .population import Population, unprotect
+
+SIMPLIFY_MAX_OPS = 80  # sympy.simplify is super-linear; larger formulas are shown as folded
+
+
+def safe_names(names: Sequence[str] | None, n: int, prefix: str) -> list[str]:
+    """Distinct Python identifiers from the environment's names (``prefix{i}`` where a name is missing)."""
+    out: list[str] = []
+    for i in range(n):
+        raw = names[i] if names is not None and i < len(names) else ""
+        name = re.sub(r"\W", "_", str(raw)).strip("_") or f"{prefix}{i}"
+        if name[0].isdigit() or keyword.iskeyword(name) or name in ("numpy", "np", "obs", "act"):
+            name = f"{prefix}_{name}"
+        while name in out:
+            name = f"{name}_{i}"
+        out.append(name)
+    return out
+
+
+def policy_expressions(tree: Population, mean: Sequence[float], std: Sequence[float], transform: str,
+                       low: Sequence[float] | None, high: Sequence[float] | None,
+                       obs_names: Sequence[str]) -> list[sympy.Expr]:
+    """Exact expressions (protected forms) of every action in raw observation units."""
+    if len(tree) != 1:
+        raise ValueError(f"tree must be a Population holding one tree, got {len(tree)}")
+    outs = tree.to_sympy(0, names=list(obs_names), protected=True)
+    subs = {}
+    for i, name in enumerate(obs_names):
+        s = sympy.Symbol(name, real=True)
+        m, sd = float(mean[i]), float(std[i])
+        subs[s] = s if (m == 0.0 and sd == 1.0) else (s - sympy.Float(m)) / sympy.Float(sd)
+    folded = [e.xreplace(subs) for e in outs]
+    if transform == "tanh":
+        result = []
+        for k, e in enumerate(folded):
+            center, half = (float(low[k]) + float(high[k])) / 2, (float(high[k]) - float(low[k])) / 2
+            term = sympy.tanh(e) if half == 1.0 else sympy.Float(half) * sympy.tanh(e)
+            result.append(term if center == 0.0 else sympy.Float(center) + term)
+        return result
+    if transform == "clip":
+        return [sympy.Min(sympy.Max(e, sympy.Float(float(low[k]))), sympy.Float(float(high[k])))
+                for k, e in enumerate(folded)]
+    return folded
+
+
+def round_floats(expr: sympy.Expr, digits: int = 4) -> sympy.Expr:
+    """Every float constant rounded to ``digits`` significant digits (integers stay integers)."""
+    reps = {}
+    for f in expr.atoms(sympy.Float):
+        r = float(f"{float(f):.{digits}g}")
+        reps[f] = sympy.Integer(int(r)) if r == int(r) and abs(r) < 1e6 else sympy.Float(r, digits)
+    return expr.xreplace(reps)
+
+
+def readable(expr: sympy.Expr, digits: int = 4) -> sympy.Expr:
+    """The reading form: plain division/log, simplified (when small enough) and rounded."""
+    e = round_floats(unprotect(expr), digits)
+    if sympy.count_ops(e) <= SIMPLIFY_MAX_OPS:
+        try:
+            s = round_floats(sympy.simplify(e), digits)
+            if sympy.count_ops(s) <= sympy.count_ops(e):
+                e = s
+        except Exception:  # noqa: BLE001  (simplify may fail on exotic forms; the folded form is still right)
+            pass
+    return e
+
+
+class _Printer(NumPyPrinter):
+    """NumPy code with the kernels' semantics: fmax/fmin, where() for two-way branches, protected calls."""
+
+    def __init__(self):
+        super().__init__({"allow_unknown_functions": True, "fully_qualified_modules": True})
+
+    def _nested(self, fn: str, args) -> str:
+        code = self._print(args[0])
+        for a in args[1:]:
+            code = f"numpy.{fn}({code}, {self._print(a)})"
+        return code
+
+    def _print_Max(self, expr):
+        return self._nested("fmax", expr.args)
+
+    def _print_Min(self, expr):
+        return self._nested("fmin", expr.args)
+
+    def _print_Piecewise(self, expr):
+        if len(expr.args) == 2 and expr.args[1].cond == sympy.true:
+            (a, cond), (b, _) = expr.args
+            return f"numpy.where({self._print(cond)}, {self._print(a)}, {self._print(b)})"
+        return super()._print_Piecewise(expr)
+
+    def _print_Float(self, expr):
+        return repr(float(expr))
+
+
+_PROTECTED_SOURCE = "\n\n".join(inspect.getsource(f) for f in (F._np_pdiv, F._np_pinv, F._np_plog)).replace(
+    "_np_pdiv", "pdiv").replace("_np_pinv", "pinv").replace("_np_plog", "plog").replace("np.", "numpy.")
+
+
+def numpy_source(exprs: Sequence[sympy.Expr], obs_names: Sequence[str], action_names: Sequence[str],
+                 transform: str, readable_text: str, meta: dict[str, Any]) -> str:
+    """A self-contained module (NumPy only) with ``act(obs) -> action``."""
+    printer = _Printer()
+    lines = [f'"""Exported gprl policy for {meta.get("env", "?")} (NumPy only; no gprl, no torch).', "",
+             "Formulas in raw observation units (reading form; the code below is exact):", ""]
+    lines += ["    " + ln for ln in readable_text.strip().splitlines()]
+    lines += ['"""', "", "import numpy", "", f"EPS = {F.EPS!r}", f"BOUND = {F.BOUND!r}",
+              f"OBS_NAMES = {list(obs_names)!r}", f"ACTION_NAMES = {list(action_names)!r}",
+              f"ACTION_TRANSFORM = {transform!r}", f"META = {json.dumps(meta, sort_keys=True)!r}", "", "",
+              "# protected functions: the exact semantics of gprl's kernels (gprl/functions.py)",
+              _PROTECTED_SOURCE.strip(), "", "",
+              "def scores(obs):", '    """Raw per-action values for obs [..., n_obs] (float64)."""',
+              "    obs = numpy.asarray(obs, dtype=numpy.float64)",
+              f"    if obs.shape[-1] != {len(obs_names)}:",
+              f"        raise ValueError(f'obs must have {len(obs_names)} entries in its last axis, got {{obs.shape}}')"]
+    for i, name in enumerate(obs_names):
+        lines.append(f"    {name} = obs[..., {i}]")
+    lines.append("    with numpy.errstate(all='ignore'):")
+    lines.append("        out = [")
+    for e in exprs:
+        lines.append(f"            numpy.broadcast_to({printer.doprint(e)}, obs.shape[:-1]),")
+    lines += ["        ]", "    return numpy.stack(out, axis=-1)", "", "",
+              "def act(obs):", '    """The action for obs [n_obs] (or a batch [B, n_obs])."""', "    s = scores(obs)"]
+    if transform == "argmax":
+        lines.append("    return numpy.argmax(numpy.where(numpy.isnan(s), -numpy.inf, s), axis=-1)")
+    else:
+        lines.append("    return numpy.nan_to_num(s, nan=0.0).astype(numpy.float32)")
+    return "\n".join(lines) + "\n"
+
+
+def latex_source(exprs: Sequence[sympy.Expr], action_names: Sequence[str]) -> str:
+    escaped = [name.replace("_", r"\_") for name in action_names]
+    rows = [rf"a_{{\mathrm{{{name}}}}} &= {sympy.latex(e)}" for name, e in zip(escaped, exprs)]
+    return "\\begin{align}\n" + " \\\\\n".join(rows) + "\n\\end{align}\n"
+
+
+def tree_record(tree: Population) -> dict[str, Any]:
+    """The tree as JSON-able lists (its length only) plus the function table it refers to."""
+    n = int(tree.size[0, 0])
+    t = tree.to("cpu")
+    return {"n_in": tree.n_in, "n_out": tree.n_out, "length": n,
+            "kind": t.kind[0, :n].tolist(), "code": t.code[0, :n].tolist(), "out": t.out[0, :n].tolist(),
+            "value": t.value[0, :n].tolist(), "size": t.size[0, :n].tolist(),
+            "functions": {f.id: f.name for f in F.FUNCTIONS}}
+
+
+def tree_from_record(record: dict[str, Any], max_len: int | None = None) -> Population:
+    """The inverse of :func:`tree_record` (a one-tree Population on the CPU, validated)."""
+    import torch
+
+    n = int(record["length"])
+    L = max_len or n
+    cols = {k: np.zeros(L, dt) for k, dt in (("kind", np.uint8), ("code", np.int16), ("out", np.uint8),
+                                              ("value", np.float32), ("size", np.int16))}
+    for k in cols:
+        cols[k][:n] = record[k]
+    pop = Population(*(torch.from_numpy(cols[k])[None] for k in ("kind", "code", "out", "value", "size")),
+                     n_in=int(record["n_in"]), n_out=int(record["n_out"]))
+    return pop.check()
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def export_policy(out_dir: str | os.PathLike, tree: Population, mean: Sequence[float], std: Sequence[float],
+                  transform: str, low: Sequence[float] | None, high: Sequence[float] | None,
+                  obs_names: Sequence[str] | None, action_names: Sequence[str] | None,
+                  meta: dict[str, Any], digits: int = 4) -> dict[str, str]:
+    """Writes policy.txt, policy.tex, policy.py and policy.json into ``out_dir``; returns their paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    onames = safe_names(obs_names, tree.n_in, "obs")
+    anames = safe_names(action_names, tree.n_out, "a")
+    exact = policy_expressions(tree, mean, std, transform, low, high, onames)
+    reading = [readable(e, digits) for e in exact]
+    head = "argmax over the scores" if transform == "argmax" else f"action transform: {transform}"
+    text = "".join(f"{a} = {sympy.sstr(e)}\n" for a, e in zip(anames, reading))
+    text_file = (f"# gprl policy for {meta.get('env', '?')}: one formula per action, raw observation units "
+                 f"({head}; '/' and log are protected: x/0 -> 1, log|x|, see policy.py)\n" + text)
+    record = {"format": "gprl.policy", "version": 1, "obs_names": onames, "action_names": anames,
+              "normalization": {"mean": [float(m) for m in mean], "std": [float(s) for s in std]},
+              "action": {"transform": transform, "low": None if low is None else [float(v) for v in low],
+                         "high": None if high is None else [float(v) for v in high]},
+              "tree": tree_record(tree), "formulas": {a: str(e) for a, e in zip(anames, reading)},
+              "exact_formulas": {a: sympy.srepr(e) for a, e in zip(anames, exact)}, "meta": meta}
+    paths = {k: os.path.join(out_dir, f"policy.{k}") for k in ("txt", "tex", "py", "json")}
+    write_atomic(paths["txt"], text_file)
+    write_atomic(paths["tex"], latex_source(reading, anames))
+    write_atomic(paths["py"], numpy_source(exact, onames, anames, transform, text, meta))
+    write_atomic(paths["json"], json.dumps(record, indent=1))
+    return paths
