@@ -1,0 +1,186 @@
+"""What a training run optimises: the small interface between the trainer and a problem.
+
+A :class:`Task` turns a population into fitness (higher is better when ``maximize``), keeps whatever state it
+needs across generations (checkpointed), and exports the best individual as files at the end. The trainer
+(:mod:`gprl.trainer`) owns the run directory, checkpoints, progress and W&B, so a new task (regression,
+classification) only implements this interface and registers itself in :data:`TASKS`.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import envs
+from .algorithm import _mix
+from .checkpoint import population_from_state, population_state
+from .export import export_policy
+from .policy import ActionMap, ObsNormalizer, evaluate_policies
+from .population import Population
+
+
+class Task(abc.ABC):
+    """The trainer's view of a problem."""
+
+    n_in: int
+    n_out: int
+    maximize: bool = True
+    obs_names: list[str] | None = None
+
+    @abc.abstractmethod
+    def fingerprint(self) -> dict[str, Any]:
+        """What a resumed run must match (task kind, data/environment, input and output sizes)."""
+
+    @abc.abstractmethod
+    def evaluate(self, population: Population, generation: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Fitness [P] on the population's device and per-generation metrics (JSON-able)."""
+
+    @abc.abstractmethod
+    def finish(self, population: Population, fitness: torch.Tensor | None, out_dir: str) -> dict[str, Any]:
+        """Pick and export the best individual into ``out_dir``; returns a summary incl. ``files``."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def episode_length_at(generation: int, start: int, final: int, ramp_generations: int) -> int:
+    """Linear schedule of the training episode length: ``start`` at generation 0, ``final`` from the ramp's end."""
+    if ramp_generations <= 0 or start >= final:
+        return final
+    return min(final, int(start + (final - start) * generation / ramp_generations))
+
+
+class PolicyTask(Task):
+    """Control policies: fitness is the mean return of ``episodes`` episodes per individual (one batched
+    rollout of P·E environments); observations are normalised (frozen per generation) and outputs mapped to
+    actions (:mod:`gprl.policy`).
+
+    A hall of fame keeps the best tree of each generation with the normaliser it was scored under; at the end
+    the candidates are validated on fresh episodes of full length and the best mean return is exported.
+    """
+
+    def __init__(self, env_cfg: dict[str, Any], pop_size: int, seed: int, device: torch.device,
+                 parsimony: float = 0.0, hall_of_fame: int = 8, validation_episodes: int | None = 10,
+                 digits: int = 4):
+        name = env_cfg["name"]
+        backend = env_cfg.get("backend", "auto")
+        self.episodes = int(env_cfg.get("episodes", 1))
+        if self.episodes < 1:
+            raise ValueError(f"env.episodes must be >= 1 (episodes per individual), got {self.episodes}")
+        kwargs = dict(env_cfg.get("kwargs") or {})
+        self.env = envs.make(name, backend=backend, num_envs=pop_size * self.episodes, device=device,
+                             seed=int(seed), episode_length=env_cfg.get("episode_length"), **kwargs)
+        self.name, self.backend, self.seed, self.pop_size = name, self.env.backend, int(seed), pop_size
+        self.device = self.env.device
+        self.final_length = int(self.env.episode_length)
+        sched = env_cfg.get("episode_schedule") or {}
+        self.start_length = int(sched.get("start") or self.final_length)
+        self.ramp = int(sched.get("ramp_generations") or 0)
+        self.action_map = ActionMap.for_env(self.env, env_cfg.get("action_transform", "auto"))
+        self.n_in = self.env.obs_dim
+        self.n_out = self.env.num_actions if self.env.discrete else self.env.act_dim
+        self.obs_names = self.env.obs_names
+        self.action_names = self.env.action_names
+        self.normalizer = ObsNormalizer(self.n_in, self.device, enabled=bool(env_cfg.get("normalize_obs", True)))
+        self.parsimony, self.hof_size, self.digits = float(parsimony), int(hall_of_fame), int(digits)
+        self.validation_episodes = validation_episodes
+        self.env_kwargs = kwargs
+        self.hof: list[dict[str, Any]] = []  # best per generation: tree state, mean, std, fitness, generation
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"task": "policy", "env": self.name, "obs_dim": self.n_in, "n_out": self.n_out,
+                "episodes": self.episodes}
+
+    def _seed(self, *parts: int) -> int:
+        # Gymnasium-style per-environment seeds seed + i must stay below 2**31
+        return _mix(self.seed, *parts) % (2**31 - 1 - self.env.num_envs)
+
+    def evaluate(self, population: Population, generation: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        length = episode_length_at(generation, self.start_length, self.final_length, self.ramp)
+        mean, std = self.normalizer.mean.clone(), self.normalizer.std.clone()
+        ev = evaluate_policies(population, self.env, self.action_map, mean, std, self.episodes, length,
+                               seed=self._seed(generation, 7), stats=self.normalizer)
+        self.normalizer.freeze()  # the next generation sees this generation's observations too
+        ret = ev.returns.to(population.device)
+        i = int(torch.argmax(torch.nan_to_num(ret, nan=-math.inf)))
+        self._remember(population[i], mean, std, float(ret[i]), generation)
+        fitness = ret.float()
+        if self.parsimony:
+            fitness = fitness - self.parsimony * population.lengths().float()
+        metrics = {"best_return": float(ret[i]), "mean_return": float(ret.mean()),
+                   "episode_length": length, "env_steps": int(ev.env_steps)}
+        return fitness, metrics
+
+    def _remember(self, tree: Population, mean, std, fitness: float, generation: int) -> None:
+        state = population_state(tree)
+        if any(all(torch.equal(state[k], h["tree"][k]) for k in ("kind", "code", "out", "value"))
+               and torch.equal(h["mean"], mean.cpu()) for h in self.hof):
+            return
+        self.hof.append({"tree": state, "mean": mean.cpu(), "std": std.cpu(), "fitness": fitness,
+                         "generation": generation})
+        self.hof.sort(key=lambda h: h["fitness"], reverse=True)
+        self.hof = self.hof[: self.hof_size]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"normalizer": self.normalizer.state_dict(), "hof": self.hof}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.normalizer.load_state_dict(state["normalizer"])
+        self.hof = state["hof"]
+
+    def validate(self) -> tuple[int, list[dict[str, Any]]]:
+        """Mean return of every hall-of-fame tree on fresh full-length episodes; returns (best index, rows)."""
+        K = len(self.hof)
+        per = self.validation_episodes or max(1, (self.pop_size * self.episodes) // K)
+        reuse = K * per == self.env.num_envs
+        env = self.env if reuse else envs.make(self.name, backend=self.backend, num_envs=K * per,
+                                               device=self.device, seed=self.seed,
+                                               episode_length=self.final_length, **self.env_kwargs)
+        trees = Population.cat([population_from_state(h["tree"], "cpu") for h in self.hof]).to(self.device)
+        mean = torch.stack([h["mean"] for h in self.hof]).to(self.device)
+        std = torch.stack([h["std"] for h in self.hof]).to(self.device)
+        seed = self._seed(0x5EED, 1)
+        ev = evaluate_policies(trees, env, self.action_map, mean, std, per, self.final_length, seed=seed)
+        if not reuse:
+            env.close()
+        rows = [{"generation": h["generation"], "train_return": h["fitness"],
+                 "validation_return": float(ev.returns[k]), "validation_seed": seed + k * per,
+                 "validation_episodes": per} for k, h in enumerate(self.hof)]
+        best = int(np.nanargmax([r["validation_return"] for r in rows]))
+        return best, rows
+
+    def finish(self, population: Population, fitness: torch.Tensor | None, out_dir: str) -> dict[str, Any]:
+        if not self.hof:
+            raise RuntimeError("no generation was evaluated: nothing to export")
+        best, rows = self.validate()
+        h = self.hof[best]
+        tree = population_from_state(h["tree"], "cpu")
+        low = None if self.action_map.low is None else self.action_map.low.tolist()
+        high = None if self.action_map.high is None else self.action_map.high.tolist()
+        meta = {"env": self.name, "backend": self.backend, "episode_length": self.final_length,
+                "env_kwargs": self.env_kwargs, "generation": h["generation"], "train_return": h["fitness"],
+                "validation": rows[best], "candidates": rows}
+        files = export_policy(out_dir, tree, h["mean"].tolist(), h["std"].tolist(), self.action_map.transform,
+                              low, high, self.obs_names, self.action_names, meta, self.digits)
+        import json
+
+        with open(files["json"]) as f:
+            formulas = json.load(f)["formulas"]
+        return {"files": files, "formulas": formulas, "validation_return": rows[best]["validation_return"],
+                "train_return": h["fitness"], "tree_length": int(tree.lengths()[0])}
+
+    def close(self) -> None:
+        self.env.close()
+
+
+TASKS = {"policy": PolicyTask}

@@ -1,0 +1,239 @@
+"""The training loop behind ``train.py``: config → task → generations → checkpoints, metrics, export, W&B.
+
+The loop is task-agnostic (:mod:`gprl.tasks`): per generation it evaluates the population (one batched call),
+logs a JSON line and a progress bar, varies the population, and every ``checkpoint_every`` generations writes
+a checkpoint atomically. Everything random derives from ``seed`` and the generation number, so a run killed
+and resumed (``resume=<run dir>``) ends bit-identical to an uninterrupted one on the CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import envs
+from .algorithm import GeneticProgramming
+from .checkpoint import (check_fingerprint, load_checkpoint, population_from_state, population_state,
+                         save_checkpoint, set_rng_states)
+from .tasks import TASKS, Task
+from .tracking import Tracker
+
+TIMING_KEYS = ("elapsed_s", "generation_s", "env_steps_per_s")  # the only fields that differ between equal runs
+
+
+def _plain(cfg) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg, resolve=True) if not isinstance(cfg, dict) else cfg
+
+
+def resolve_backend(env_cfg: dict[str, Any]) -> str:
+    backend = env_cfg.get("backend", "auto")
+    if backend not in ("auto", *envs.BACKENDS):
+        raise ValueError(f"env.backend: unknown backend {backend!r}; choose one of {['auto', *envs.BACKENDS]}")
+    return envs._auto_backend(env_cfg["name"]) if backend == "auto" else backend
+
+
+def apply_backend_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Fill ``null`` entries of ``gp``/``env`` from ``env.per_backend[<resolved backend>]``."""
+    env_cfg = cfg["env"]
+    backend = resolve_backend(env_cfg)
+    env_cfg["backend"] = backend
+    defaults = (env_cfg.get("per_backend") or {}).get(backend) or {}
+    for section in ("gp", "env", "task"):
+        for key, value in (defaults.get(section) or {}).items():
+            if cfg[section].get(key) is None:
+                cfg[section][key] = value
+    return cfg
+
+
+def make_task(cfg: dict[str, Any]) -> Task:
+    kind = cfg["task"]["name"]
+    if kind not in TASKS:
+        raise ValueError(f"task.name: unknown task {kind!r}; choose one of {sorted(TASKS)}")
+    gp, task = cfg["gp"], cfg["task"]
+    device = None if cfg.get("device", "auto") == "auto" else cfg["device"]
+    return TASKS[kind](cfg["env"], pop_size=int(gp["population_size"]), seed=int(cfg["seed"]), device=device,
+                       parsimony=float(gp.get("parsimony") or 0.0), hall_of_fame=int(task.get("hall_of_fame", 8)),
+                       validation_episodes=task.get("validation_episodes"), digits=int(task.get("digits", 4)))
+
+
+def make_gp(gp: dict[str, Any], task: Task, seed: int) -> GeneticProgramming:
+    return GeneticProgramming(
+        task.n_in, task.n_out, pop_size=int(gp["population_size"]), max_len=int(gp["max_len"]),
+        functions=list(gp["functions"]), init_method=gp["init_method"], init_depth=tuple(gp["init_depth"]),
+        max_depth=int(gp["max_depth"]), selection=gp["selection"], tournament_size=int(gp["tournament_size"]),
+        elitism=int(gp["elitism"]), maximize=task.maximize, rates=dict(gp["rates"]),
+        crossover_leaf_prob=gp.get("crossover_leaf_prob"), subtree_depth=int(gp["subtree_depth"]),
+        multi_prob=float(gp["multi_prob"]), const_sigma=float(gp["const_sigma"]),
+        const_prob=float(gp["const_prob"]), const_range=tuple(gp["const_range"]),
+        output_prob=float(gp["output_prob"]), seed=seed, device=task.env.device if hasattr(task, "env") else None)
+
+
+def _check_positive(name: str, value, allow_none: bool = True) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"{name} must be a positive number{' or null' if allow_none else ''}, got {value!r}")
+
+
+def _truncate_metrics(path: Path, generation: int) -> list[dict[str, Any]]:
+    """Keeps the lines of generations < ``generation`` (a killed run may have logged past its checkpoint)."""
+    rows = []
+    if path.exists():
+        rows = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+        rows = [r for r in rows if r["generation"] < generation]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    os.replace(tmp, path)
+    return rows
+
+
+def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
+    """Runs (or resumes) one training run; returns the summary also written to ``summary.json``."""
+    cfg = apply_backend_defaults(_plain(cfg))
+    gp_cfg = cfg["gp"]
+    _check_positive("gp.population_size", gp_cfg.get("population_size"), allow_none=False)
+    _check_positive("gp.generations", gp_cfg.get("generations"))
+    _check_positive("gp.time_limit", gp_cfg.get("time_limit"))
+    if gp_cfg.get("generations") is None and gp_cfg.get("time_limit") is None:
+        raise ValueError("set gp.generations or gp.time_limit (or both): the run needs a stopping rule")
+    every = int(cfg.get("checkpoint_every", 5))
+    if every < 1:
+        raise ValueError(f"checkpoint_every must be >= 1, got {every}")
+
+    state = None
+    if cfg.get("resume"):
+        run_dir = cfg["resume"]
+        state = load_checkpoint(run_dir)  # raises before anything is written
+    run_dir = Path(run_dir)
+
+    threads = cfg.get("threads", "auto")
+    if threads == "auto":
+        # MuJoCo's own threads use the cores; torch's OpenMP pool would only contend with them
+        if resolve_backend(cfg["env"]) in ("mujoco", "gymnasium") and cfg.get("device", "auto") in ("auto", "cpu"):
+            torch.set_num_threads(1)
+    elif threads:
+        torch.set_num_threads(int(threads))
+
+    task = make_task(cfg)
+    fingerprint = {**task.fingerprint(), "population_size": int(gp_cfg["population_size"]),
+                   "max_len": int(gp_cfg["max_len"])}
+    if state is not None:
+        try:
+            check_fingerprint(state["fingerprint"], fingerprint, run_dir)
+        except ValueError:
+            task.close()
+            raise
+    run_dir.mkdir(parents=True, exist_ok=True)
+    from omegaconf import OmegaConf
+
+    OmegaConf.save(OmegaConf.create(cfg), run_dir / ("config.yaml" if state is None else "config_resume.yaml"))
+
+    seed = int(cfg["seed"])
+    gp = make_gp(gp_cfg, task, seed)
+    metrics_path = run_dir / "metrics.jsonl"
+    if state is None:
+        pop = gp.init()
+        start_gen, elapsed0, total_steps, best_so_far, wandb_id = 0, 0.0, 0, -math.inf, None
+        metrics_path.write_text("")
+    else:
+        set_rng_states(state["rng"])
+        pop = population_from_state(state["population"], gp.device)
+        gp.generation = start_gen = int(state["generation"])
+        gp.archive.loss = state["archive_loss"].to(gp.device)
+        gp.archive.trees = population_from_state(state["archive_trees"], gp.device)
+        task.load_state_dict(state["task"])
+        elapsed0, total_steps, best_so_far = state["elapsed"], state["total_env_steps"], state["best_so_far"]
+        wandb_id = state.get("wandb_id")
+        _truncate_metrics(metrics_path, start_gen)
+
+    wcfg = cfg.get("wandb") or {}
+    tracker = Tracker(wcfg.get("mode", "offline"), config=cfg, directory=str(run_dir), project=wcfg.get("project", "gprl"),
+                      entity=wcfg.get("entity"), group=wcfg.get("group"), tags=wcfg.get("tags"),
+                      name=wcfg.get("name"), run_id=wandb_id)
+
+    def checkpoint(generation: int) -> None:
+        save_checkpoint(run_dir, generation, {
+            "fingerprint": fingerprint, "population": population_state(pop), "archive_loss": gp.archive.loss.cpu(),
+            "archive_trees": population_state(gp.archive.trees), "task": task.state_dict(),
+            "elapsed": elapsed0 + time.perf_counter() - t0, "total_env_steps": total_steps,
+            "best_so_far": best_so_far, "wandb_id": tracker.run_id}, keep=int(cfg.get("keep_checkpoints", 2)))
+
+    generations, time_limit = gp_cfg.get("generations"), gp_cfg.get("time_limit")
+    target = gp_cfg.get("target_return")
+    bar = None
+    if cfg.get("progress", True):
+        from tqdm import tqdm
+
+        bar = tqdm(total=generations, initial=start_gen, unit="gen", dynamic_ncols=True)
+    t0 = time.perf_counter()
+    g, fitness, stop = start_gen, None, ""
+    try:
+        with open(metrics_path, "a") as mf:
+            while not stop:
+                tg = time.perf_counter()
+                fitness, m = task.evaluate(pop, g)
+                steps = int(m.get("env_steps", 0))
+                total_steps += steps
+                best_so_far = max(best_so_far, float(m.get("best_return", fitness.max())))
+                dt = time.perf_counter() - tg
+                elapsed = elapsed0 + time.perf_counter() - t0
+                row = {"generation": g, **m, "best_so_far": best_so_far,
+                       "mean_size": float(pop.lengths().float().mean()), "total_env_steps": total_steps,
+                       "env_steps_per_s": steps / max(dt, 1e-9), "generation_s": dt, "elapsed_s": elapsed}
+                mf.write(json.dumps(row) + "\n")
+                mf.flush()
+                tracker.log(row, step=g)
+                if bar is not None:
+                    bar.set_postfix(best=f"{m.get('best_return', 0):.1f}", mean=f"{m.get('mean_return', 0):.1f}",
+                                    size=f"{row['mean_size']:.1f}", sps=f"{row['env_steps_per_s']:.0f}",
+                                    t=f"{elapsed:.0f}s")
+                    bar.update(1)
+                if generations is not None and g + 1 >= generations:
+                    stop = "generations"
+                elif time_limit is not None and elapsed >= time_limit:
+                    stop = "time_limit"
+                elif target is not None and best_so_far >= target:
+                    stop = "target_return"
+                pop = gp.step(pop, fitness)
+                g += 1
+                if g % every == 0 or stop:
+                    checkpoint(g)
+    except KeyboardInterrupt:
+        checkpoint(g)
+        if bar is not None:
+            bar.close()
+        tracker.finish()
+        task.close()
+        print(f"\ninterrupted: checkpoint written; continue with resume={run_dir}")
+        raise SystemExit(130) from None
+    if bar is not None:
+        bar.close()
+
+    result = task.finish(pop, fitness, str(run_dir))
+    files = result.pop("files")
+    summary = {"stopped_by": stop, "generations": g, "total_env_steps": total_steps, "best_train_return": best_so_far,
+               "elapsed_s": elapsed0 + time.perf_counter() - t0, **result, "run_dir": str(run_dir),
+               "files": {k: os.path.basename(v) for k, v in files.items()}}
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    tracker.log_formula(result.get("formulas", {}), step=g - 1,
+                        validation_return=result.get("validation_return"))
+    tracker.summary({k: v for k, v in summary.items() if isinstance(v, (int, float, str))})
+    tracker.log_artifact("policy", "policy", list(files.values()))
+    from .checkpoint import list_checkpoints
+
+    tracker.log_artifact("checkpoint", "checkpoint", [str(p) for p in list_checkpoints(run_dir)[-1:]])
+    tracker.finish()
+    task.close()
+    print(json.dumps({k: summary[k] for k in ("stopped_by", "generations", "best_train_return",
+                                              "validation_return", "elapsed_s") if k in summary}))
+    for name, formula in result.get("formulas", {}).items():
+        print(f"{name} = {formula}")
+    return summary
