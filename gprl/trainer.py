@@ -69,7 +69,7 @@ def make_gp(gp: dict[str, Any], task: Task, seed: int) -> GeneticProgramming:
         task.n_in, task.n_out, pop_size=int(gp["population_size"]), max_len=int(gp["max_len"]),
         functions=list(gp["functions"]), init_method=gp["init_method"], init_depth=tuple(gp["init_depth"]),
         max_depth=int(gp["max_depth"]), selection=gp["selection"], tournament_size=int(gp["tournament_size"]),
-        elitism=int(gp["elitism"]), maximize=task.maximize, rates=dict(gp["rates"]),
+        elitism=min(int(gp["elitism"]), int(gp["population_size"])), maximize=task.maximize, rates=dict(gp["rates"]),
         crossover_leaf_prob=gp.get("crossover_leaf_prob"), subtree_depth=int(gp["subtree_depth"]),
         multi_prob=float(gp["multi_prob"]), const_sigma=float(gp["const_sigma"]),
         const_prob=float(gp["const_prob"]), const_range=tuple(gp["const_range"]),

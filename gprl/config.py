@@ -1,0 +1,90 @@
+"""Typed schema of the training configuration (Hydra structured configs), so that a wrong override type is
+rejected by Hydra itself (``gp.max_len=abc`` → "could not be converted to Integer") before anything runs.
+
+The values live in ``configs/``; this module only fixes names and types. ``register()`` stores the schemas
+in Hydra's ConfigStore; ``configs/config.yaml`` extends ``train_schema``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import MISSING
+
+
+@dataclass
+class EnvSchema:
+    name: str = MISSING
+    backend: str = "auto"
+    episode_length: Optional[int] = None
+    episode_schedule: Optional[dict[str, Any]] = None
+    episodes: int = 1
+    normalize_obs: bool = True
+    action_transform: str = "auto"
+    kwargs: Optional[dict[str, Any]] = None
+    per_backend: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class GPSchema:
+    population_size: Optional[int] = None
+    generations: Optional[int] = None
+    time_limit: Optional[float] = None
+    target_return: Optional[float] = None
+    max_len: int = 64
+    init_method: str = "ramped"
+    init_depth: list[int] = field(default_factory=lambda: [1, 4])
+    max_depth: int = 8
+    functions: list[str] = field(default_factory=list)
+    selection: str = "tournament"
+    tournament_size: int = 5
+    elitism: int = 10
+    parsimony: float = 0.0
+    rates: dict[str, float] = field(default_factory=dict)
+    crossover_leaf_prob: Optional[float] = 0.1
+    subtree_depth: int = 4
+    multi_prob: float = 0.1
+    const_sigma: float = 0.1
+    const_prob: float = 0.2
+    const_range: list[float] = field(default_factory=lambda: [-1.0, 1.0])
+    output_prob: float = 0.5
+
+
+@dataclass
+class TaskSchema:
+    name: str = "policy"
+    hall_of_fame: int = 8
+    validation_episodes: Optional[int] = None
+    digits: int = 4
+
+
+@dataclass
+class WandbSchema:
+    mode: str = "offline"
+    project: str = "gprl"
+    entity: Optional[str] = None
+    group: Optional[str] = None
+    tags: list[str] = field(default_factory=list)
+    name: Optional[str] = None
+
+
+@dataclass
+class TrainSchema:
+    task: TaskSchema = field(default_factory=TaskSchema)
+    env: EnvSchema = field(default_factory=EnvSchema)
+    gp: GPSchema = field(default_factory=GPSchema)
+    wandb: WandbSchema = field(default_factory=WandbSchema)
+    seed: int = 0
+    device: str = "auto"
+    threads: Any = "auto"
+    resume: Optional[str] = None
+    checkpoint_every: int = 5
+    keep_checkpoints: int = 2
+    progress: bool = True
+
+
+def register() -> None:
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="train_schema", node=TrainSchema)

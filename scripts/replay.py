@@ -1,0 +1,139 @@
+"""Run an exported policy in the real environment, without gprl: ``python scripts/replay.py <run dir | policy.py>``.
+
+Loads ``policy.py`` (NumPy only), plays ``--episodes`` episodes in Gymnasium (runs trained on the MuJoCo or
+Gymnasium backends) or Brax (runs trained on Brax) and prints the mean return. ``--reproduce`` replays the
+validation episodes recorded at export (same initial states) and prints the recorded value beside it;
+``--render out.mp4`` records the first episode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+GYM_IDS = {"hopper": "Hopper-v5", "walker2d": "Walker2d-v5", "halfcheetah": "HalfCheetah-v5", "swimmer": "Swimmer-v5",
+           "ant": "Ant-v5", "humanoid": "Humanoid-v5", "inverted_pendulum": "InvertedPendulum-v5",
+           "inverted_double_pendulum": "InvertedDoublePendulum-v5", "reacher": "Reacher-v5"}
+
+
+def load_policy(path: str | os.PathLike):
+    """The policy module of a run directory or a policy.py file."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "policy.py"
+    if not path.is_file():
+        raise SystemExit(f"replay: no policy at {str(path)!r}; pass a run directory or its policy.py")
+    spec = importlib.util.spec_from_file_location(f"gprl_policy_{abs(hash(str(path)))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def replay_gymnasium(policy, meta: dict, episodes: int, seed: int, episode_length: int,
+                     render: str | None = None) -> list[float]:
+    """Episode e starts from ``reset(seed=seed + e)`` (gprl's MuJoCo backend seeds environment i with seed + i)."""
+    import gymnasium as gym
+
+    env_id = GYM_IDS.get(meta["env"], meta["env"])
+    kwargs = dict(meta.get("env_kwargs") or {})
+    if render:
+        os.environ.setdefault("MUJOCO_GL", "egl")
+    env = gym.make(env_id, max_episode_steps=episode_length, render_mode="rgb_array" if render else None, **kwargs)
+    returns, frames = [], []
+    for e in range(episodes):
+        obs, _ = env.reset(seed=seed + e)
+        total, done = 0.0, False
+        while not done:
+            if render and e == 0:
+                frames.append(env.render())
+            obs, reward, terminated, truncated, _ = env.step(policy.act(obs))
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    env.close()
+    if render:
+        write_video(render, frames, fps=int(round(1 / env.unwrapped.dt)))
+    return returns
+
+
+def replay_brax(policy, meta: dict, episodes: int, seed: int, episode_length: int,
+                render: str | None = None) -> list[float]:
+    """All episodes as one vmapped batch on JAX's default device; ended episodes stop counting reward."""
+    import jax
+    import jax.numpy as jnp
+    from brax import envs
+
+    kwargs = dict(meta.get("env_kwargs") or {})
+    pipeline = kwargs.pop("pipeline", "generalized")
+    env = envs.get_environment(meta["env"], backend=pipeline or "generalized", **kwargs)
+    reset, step = jax.jit(jax.vmap(env.reset)), jax.jit(jax.vmap(env.step))
+    state = reset(jax.random.split(jax.random.PRNGKey(seed), episodes))
+    total, alive = np.zeros(episodes), np.ones(episodes, dtype=bool)
+    rollout = []
+    for _ in range(episode_length):
+        action = np.asarray(policy.act(np.asarray(state.obs)), dtype=np.float32)
+        state = step(state, jnp.asarray(action))
+        total += np.where(alive, np.asarray(state.reward), 0.0)
+        alive &= np.asarray(state.done) < 0.5
+        if render:
+            rollout.append(jax.tree_util.tree_map(lambda x: x[0], state.pipeline_state))
+        if not alive.any():
+            break
+    if render:
+        from brax.io import image
+
+        write_video(render, image.render_array(env.sys, rollout, 320, 240), fps=int(round(1 / env.dt)))
+    return total.tolist()
+
+
+def write_video(path: str, frames, fps: int) -> None:
+    import imageio.v2 as imageio
+
+    imageio.mimwrite(path, [np.asarray(f) for f in frames], fps=fps, macro_block_size=1)
+    print(f"video: {path} ({len(frames)} frames)")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("policy", help="a run directory or an exported policy.py")
+    ap.add_argument("--episodes", type=int, default=None, help="episodes to play (default 10)")
+    ap.add_argument("--seed", type=int, default=None, help="seed of the first episode (default: fresh, 10_000_019)")
+    ap.add_argument("--episode-length", type=int, default=None, help="time limit (default: the run's)")
+    ap.add_argument("--backend", choices=["gymnasium", "brax"], default=None,
+                    help="simulator (default: Brax for Brax runs, Gymnasium otherwise)")
+    ap.add_argument("--reproduce", action="store_true", help="replay the recorded validation episodes")
+    ap.add_argument("--render", metavar="OUT.mp4", default=None, help="record the first episode")
+    args = ap.parse_args(argv)
+    policy = load_policy(args.policy)
+    meta = json.loads(policy.META)
+    backend = args.backend or ("brax" if meta.get("backend") == "brax" else "gymnasium")
+    length = args.episode_length or int(meta["episode_length"])
+    recorded = None
+    if args.reproduce:
+        val = meta["validation"]
+        seed, episodes, recorded = int(val["validation_seed"]), int(val["validation_episodes"]), val["validation_return"]
+        if backend == "brax":
+            print("note: Brax episodes are keyed differently from training; --reproduce is exact on Gymnasium/MuJoCo")
+    else:
+        seed = 10_000_019 if args.seed is None else args.seed
+        episodes = args.episodes or 10
+    if episodes < 1 or length < 1:
+        raise SystemExit("replay: --episodes and --episode-length must be >= 1")
+    fn = replay_brax if backend == "brax" else replay_gymnasium
+    returns = fn(policy, meta, episodes, seed, length, args.render)
+    out = {"env": meta["env"], "backend": backend, "episodes": episodes, "seed": seed, "episode_length": length,
+           "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)), "returns": returns}
+    if recorded is not None:
+        out["recorded_return"] = recorded
+    print(json.dumps(out))
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)
