@@ -221,6 +221,8 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
     files = result.pop("files")
     summary = {"stopped_by": stop, "generations": g, "total_env_steps": total_steps, "best_train_return": best_so_far,
                "elapsed_s": elapsed0 + time.perf_counter() - t0, **result, "run_dir": str(run_dir),
+               "wandb": {"id": tracker.run_id, "mode": tracker.mode, "project": wcfg.get("project", "gprl"),
+                         "entity": wcfg.get("entity")},
                "files": {k: os.path.basename(v) for k, v in files.items()}}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     tracker.log_formula(result.get("formulas", {}), step=g - 1,

@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
                     help="simulator (default: Brax for Brax runs, Gymnasium otherwise)")
     ap.add_argument("--reproduce", action="store_true", help="replay the recorded validation episodes")
     ap.add_argument("--render", metavar="OUT.mp4", default=None, help="record the first episode")
+    ap.add_argument("--wandb", action="store_true", help="log the rendered video to the run's W&B run")
     args = ap.parse_args(argv)
     policy = load_policy(args.policy)
     meta = json.loads(policy.META)
@@ -132,7 +133,24 @@ def main(argv: list[str] | None = None) -> dict:
     if recorded is not None:
         out["recorded_return"] = recorded
     print(json.dumps(out))
+    if args.render and args.wandb:
+        log_video_to_run(Path(args.policy), args.render, out)
     return out
+
+
+def log_video_to_run(run_dir: Path, video: str, result: dict) -> None:
+    """Adds the video and the replayed return to the training run's W&B run (same id, resumed)."""
+    summary = run_dir / "summary.json" if run_dir.is_dir() else run_dir.parent / "summary.json"
+    info = json.loads(summary.read_text()).get("wandb", {}) if summary.exists() else {}
+    if not info.get("id") or info.get("mode") == "disabled":
+        print("replay: the run has no W&B run to log the video to (wandb.mode=disabled?)")
+        return
+    import wandb
+
+    run = wandb.init(id=info["id"], resume="allow", mode=info["mode"], project=info.get("project"),
+                     entity=info.get("entity"), dir=str(summary.parent), settings=wandb.Settings(silent=True))
+    run.log({"replay_video": wandb.Video(video, format="mp4"), "replay_mean_return": result["mean_return"]})
+    run.finish()
 
 
 if __name__ == "__main__":

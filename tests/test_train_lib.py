@@ -1,0 +1,127 @@
+"""Library pieces of the training app: normaliser, action map, episode schedule, export, checkpoints."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import sympy
+import torch
+
+import gprl
+from gprl import functions as F
+from gprl.checkpoint import check_fingerprint, list_checkpoints, load_checkpoint, save_checkpoint
+from gprl.export import export_policy, policy_expressions, safe_names, tree_from_record
+from gprl.policy import ActionMap, ObsNormalizer
+from gprl.tasks import episode_length_at
+
+FUNCS = ["add", "sub", "mul", "div", "sin", "cos", "exp", "log", "sqrt", "abs", "neg", "inv", "pow", "max", "min",
+         "tanh", "sigmoid", "lt", "gt", "if"]
+
+
+def test_normalizer_matches_numpy_over_merged_batches():
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(3.0, 2.0, size=(n, 4)) * [1, 10, 0.1, 1] for n in (5, 17, 1, 40)]
+    norm = ObsNormalizer(4)
+    for b in batches:
+        t = torch.from_numpy(b)
+        norm.merge(torch.tensor(float(len(b)), dtype=torch.float64), t.sum(0), t.square().sum(0))
+    norm.freeze()
+    allx = np.concatenate(batches)
+    np.testing.assert_allclose(norm.mean.numpy(), allx.mean(0), rtol=1e-6)
+    np.testing.assert_allclose(norm.std.numpy(), np.sqrt(allx.var(0) + 1e-8), rtol=1e-5)
+    # an empty batch changes nothing; a disabled normaliser is the identity
+    before = norm.mean64.clone()
+    norm.merge(torch.zeros((), dtype=torch.float64), torch.zeros(4, dtype=torch.float64),
+               torch.zeros(4, dtype=torch.float64))
+    assert torch.equal(before, norm.mean64)
+    off = ObsNormalizer(4, enabled=False)
+    off.merge(torch.tensor(5.0, dtype=torch.float64), torch.ones(4, dtype=torch.float64),
+              torch.ones(4, dtype=torch.float64))
+    off.freeze()
+    assert torch.equal(off.mean, torch.zeros(4)) and torch.equal(off.std, torch.ones(4))
+
+
+def test_action_map_keeps_outputs_in_bounds():
+    low, high = torch.tensor([-1.0, 0.0, -0.4]), torch.tensor([1.0, 2.0, 0.4])
+    y = torch.tensor([[-1e30, 0.0, 3.0], [1e30, -5.0, -0.1]])
+    a = ActionMap("tanh", low, high)(y)
+    assert torch.all(a >= low) and torch.all(a <= high)
+    assert torch.allclose(a[0, 1], torch.tensor(1.0)) and torch.allclose(a[1, 0], torch.tensor(1.0))
+    c = ActionMap("clip", low, high)(y)
+    assert torch.equal(c, torch.maximum(torch.minimum(y, high), low))
+    with pytest.raises(ValueError, match="transform"):
+        ActionMap("softmax", low, high)
+    with pytest.raises(ValueError, match="bounds"):
+        ActionMap("tanh")
+
+
+def test_episode_schedule():
+    assert [episode_length_at(g, 200, 1000, 4) for g in range(6)] == [200, 400, 600, 800, 1000, 1000]
+    assert episode_length_at(3, 1000, 1000, 10) == 1000 and episode_length_at(0, 200, 1000, 0) == 1000
+
+
+@pytest.mark.parametrize("transform", ["tanh", "clip", "none"])
+def test_exported_module_reproduces_kernels(tmp_path, transform):
+    """policy.py (NumPy, protected forms copied in) against the kernels on normalised inputs."""
+    P, n_in, n_out = 10, 5, 3
+    pop = gprl.Population.random(P, n_in, n_out, max_len=48, functions=FUNCS, max_depth=5, seed=3)
+    g = torch.Generator().manual_seed(0)
+    mean, std = torch.randn(n_in, generator=g), torch.rand(n_in, generator=g) + 0.3
+    low, high = torch.tensor([-1.0, 0.0, -0.4]), torch.tensor([1.0, 2.0, 0.4])
+    X = torch.randn(200, n_in, generator=g) * 2 + mean
+    amap = ActionMap(transform, low, high)
+    want = amap(pop.forward(((X - mean) / std).expand(P, -1, -1).contiguous())).numpy()
+    names = ["a b", "x0", "class", "2nd", "x0"]  # messy names become distinct identifiers
+    for i in range(P):
+        paths = export_policy(tmp_path / str(i), pop[i], mean.tolist(), std.tolist(), transform, low.tolist(),
+                              high.tolist(), names, None, {"env": "test"})
+        spec = importlib.util.spec_from_file_location(f"p{transform}{i}", paths["py"])
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        got = mod.act(X.double().numpy())
+        assert got.shape == (200, n_out)
+        # float32 kernels vs float64 formula: agree except where a protected branch flips at its threshold
+        close = np.isclose(got, want[i], rtol=1e-3, atol=1e-3)
+        assert close.mean() > 0.98, (i, open(paths["txt"]).read())
+        rec = json.loads(open(paths["json"]).read())
+        assert torch.equal(tree_from_record(rec["tree"], 48).kind, pop[i].kind)
+        assert rec["normalization"]["mean"] == pytest.approx(mean.tolist())
+    assert safe_names(names, 5, "obs") == ["a_b", "x0", "obs_class", "obs_2nd", "x0_4"]
+
+
+def test_folded_expression_is_raw_units():
+    """A hand-made tree: y = x0 * x1 on normalised inputs, tanh to [0, 2]."""
+    tree = gprl.Population.from_expressions(["x0 * x1"], n_in=2)
+    (e,) = policy_expressions(tree, [1.0, -2.0], [2.0, 4.0], "tanh", [0.0], [2.0], ["u", "v"])
+    u, v = sympy.symbols("u v", real=True)
+    expected = 1 + sympy.tanh((u - 1) / 2 * (v + 2) / 4)
+    for uu, vv in [(0.3, -1.0), (5.0, 2.0), (-3.0, 0.0)]:
+        assert float(e.subs({u: uu, v: vv})) == pytest.approx(float(expected.subs({u: uu, v: vv})), rel=1e-12)
+
+
+def test_policy_module_needs_only_numpy(tmp_path):
+    tree = gprl.Population.from_expressions([["x0 / x1", "log(x0)"]], n_in=2)
+    paths = export_policy(tmp_path, tree, [0, 0], [1, 1], "clip", [-1, -1], [1, 1], ["p", "q"], ["f", "g"], {})
+    code = (f"import sys; sys.modules['torch'] = None; sys.modules['gprl'] = None; import importlib.util as u; "
+            f"s = u.spec_from_file_location('p', {paths['py']!r}); m = u.module_from_spec(s); "
+            f"s.loader.exec_module(m); print(m.act([0.5, 0.0]).tolist(), m.act([2.0, 4.0]).tolist())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    # protected division: x/0 -> 1; log(2) ~ 0.693, clipped to [-1, 1]
+    first, second = out.strip().replace("] [", "]|[").split("|")
+    assert json.loads(first) == pytest.approx([1.0, -0.6931472]) and json.loads(second) == pytest.approx([0.5, 0.6931472])
+    assert F.EPS == 1e-6
+
+
+def test_checkpoint_roundtrip_and_fingerprint(tmp_path):
+    for g in (1, 2, 3):
+        save_checkpoint(tmp_path, g, {"x": torch.arange(g), "fingerprint": {"env": "hopper"}}, keep=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["gen_000002.pt", "gen_000003.pt"]
+    state = load_checkpoint(tmp_path)
+    assert state["generation"] == 3 and torch.equal(state["x"], torch.arange(3))
+    with pytest.raises(ValueError, match="obs_dim: run has 11, this configuration 12"):
+        check_fingerprint({"env": "hopper", "obs_dim": 11}, {"env": "hopper", "obs_dim": 12}, tmp_path)
+    with pytest.raises(FileNotFoundError, match="no checkpoints"):
+        load_checkpoint(tmp_path / "checkpoints")
