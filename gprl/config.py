@@ -18,11 +18,11 @@ class EnvSchema:
     name: str = MISSING
     backend: str = "auto"
     episode_length: Optional[int] = None
-    episode_schedule: Optional[dict[str, Any]] = None
+    episode_schedule: Any = None  # {start, ramp_generations} or null (Any: OmegaConf cannot merge a dict into a None dict)
     episodes: int = 1
     normalize_obs: bool = True
     action_transform: str = "auto"
-    kwargs: Optional[dict[str, Any]] = None
+    kwargs: Any = None
     per_backend: dict[str, Any] = field(default_factory=dict)
 
 

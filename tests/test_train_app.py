@@ -1,0 +1,186 @@
+"""`python train.py` end to end on the CPU (tiny populations and episodes): files, replay in Gymnasium's own
+Hopper-v5, kill + resume bit-identical, offline W&B contents, bad input."""
+
+import hashlib
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["env=hopper", "gp.population_size=12", "gp.elitism=2", "env.episode_length=60",
+        "env.episode_schedule={start: 30, ramp_generations: 2}", "task.validation_episodes=3", "task.hall_of_fame=3"]
+
+
+def train(tmp_path: Path, run: str, *overrides: str, check: bool = True, wait: bool = True):
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path / "wandb_home"),
+           "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0"}
+    cmd = [sys.executable, "train.py", *TINY, f"hydra.run.dir={tmp_path / run}", "progress=false", *overrides]
+    if not wait:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    if check and res.returncode != 0:
+        raise AssertionError(f"train.py failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+    return res
+
+
+def replay(*args: str) -> dict:
+    # the replay must not need gprl or torch: both are made unimportable
+    code = ("import sys, runpy; sys.modules['torch'] = None; sys.modules['gprl'] = None; "
+            f"sys.argv = ['replay.py', *{list(args)!r}]; runpy.run_path('scripts/replay.py', run_name='__main__')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def metrics(run: Path) -> list[dict]:
+    rows = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in ("elapsed_s", "generation_s", "env_steps_per_s")} for r in rows]
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("short")
+    train(tmp, "run", "gp.generations=2", "wandb.mode=offline")
+    return tmp / "run"
+
+
+def test_short_run_writes_every_file(short_run):
+    for name in ("config.yaml", "metrics.jsonl", "summary.json", "policy.txt", "policy.tex", "policy.py",
+                 "policy.json"):
+        assert (short_run / name).stat().st_size > 0, name
+    assert sorted(p.name for p in (short_run / "checkpoints").iterdir()) == ["gen_000002.pt"]
+    rows = metrics(short_run)
+    assert [r["generation"] for r in rows] == [0, 1] and [r["episode_length"] for r in rows] == [30, 45]
+    assert all(r["best_return"] >= r["mean_return"] for r in rows)
+    rec = json.loads((short_run / "policy.json").read_text())
+    assert rec["meta"]["env"] == "hopper" and len(rec["obs_names"]) == 11 and len(rec["formulas"]) == 3
+    assert rec["normalization"]["std"] != [1.0] * 11  # statistics from generation 0 were used
+    txt = (short_run / "policy.txt").read_text().splitlines()
+    assert len(txt) == 4 and all(line.split(" = ")[0] in ("a0", "a1", "a2") for line in txt[1:])
+    assert "\\begin{align}" in (short_run / "policy.tex").read_text()
+    cfg = (short_run / "config.yaml").read_text()
+    assert "population_size: 12" in cfg and "backend: mujoco" in cfg
+
+
+def test_replay_reproduces_recorded_fitness_in_gymnasium(short_run):
+    """Gymnasium's own Hopper-v5 with the NumPy policy, from the recorded initial states."""
+    out = replay(str(short_run), "--reproduce")
+    rec = json.loads((short_run / "policy.json").read_text())["meta"]["validation"]
+    assert out["backend"] == "gymnasium" and out["episodes"] == 3 and out["episode_length"] == 60
+    assert out["mean_return"] == pytest.approx(rec["validation_return"], rel=1e-4)
+    fresh = replay(str(short_run / "policy.py"), "--episodes", "2", "--seed", "123")
+    assert fresh["episodes"] == 2 and len(fresh["returns"]) == 2
+
+
+def _wandb_records(path: Path):
+    """Records of a .wandb file (LevelDB log format: 32 KiB blocks of crc32/len/type-framed chunks)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, buf = 7, b""
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        if left < 7:
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind == 0 and length == 0:
+            pos += left
+            continue
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind in (1, 2):
+            buf = chunk
+        else:
+            buf += chunk
+        if kind in (1, 4):
+            rec = pb.Record()
+            rec.ParseFromString(buf)
+            yield rec
+
+
+def test_offline_wandb_holds_history_and_artifacts(short_run):
+    (run_file,) = (short_run / "wandb").glob("offline-run-*/run-*.wandb")
+    history, artifacts, config = [], {}, None
+    for rec in _wandb_records(run_file):
+        kind = rec.WhichOneof("record_type")
+        if kind == "history":
+            history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item})
+        elif kind == "artifact":
+            artifacts[rec.artifact.name] = sorted(m.path for m in rec.artifact.manifest.contents)
+        elif kind in ("config", "run"):
+            items = rec.config.update if kind == "config" else rec.run.config.update
+            config = {**(config or {}), **{i.key: json.loads(i.value_json) for i in items if i.key}}
+    rows = metrics(short_run)
+    assert [h["generation"] for h in history] == [0, 1]
+    assert [h["best_return"] for h in history] == pytest.approx([r["best_return"] for r in rows])
+    assert artifacts["policy"] == ["policy.json", "policy.py", "policy.tex", "policy.txt"]
+    assert artifacts["checkpoint"] == ["gen_000002.pt"]
+    assert any("best_formula_table" in name for name in artifacts)
+    assert history[-1]["best_formula/_type"] == "html-file" and history[-1]["best_formula_table/nrows"] == 1
+    assert config["gp"]["population_size"] == 12 and config["env"]["name"] == "hopper"
+
+
+def test_killed_and_resumed_run_is_bit_identical(tmp_path):
+    gens = ["gp.generations=6", "checkpoint_every=1", "wandb.mode=disabled", "env.episode_length=150"]
+    train(tmp_path, "full", *gens)
+    proc = train(tmp_path, "killed", *gens, wait=False)
+    ckpt = tmp_path / "killed" / "checkpoints" / "gen_000002.pt"
+    deadline = time.time() + 200
+    while not ckpt.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "killed" / "summary.json").exists(), "the run finished before it could be killed"
+    train(tmp_path, "resumer", *gens, f"resume={tmp_path / 'killed'}")
+    full, resumed = tmp_path / "full", tmp_path / "killed"
+    assert metrics(full) == metrics(resumed)
+    a = torch.load(full / "checkpoints" / "gen_000006.pt", weights_only=False)
+    b = torch.load(resumed / "checkpoints" / "gen_000006.pt", weights_only=False)
+    for k in ("kind", "code", "out", "value", "size"):
+        assert torch.equal(a["population"][k], b["population"][k])
+    assert torch.equal(a["task"]["normalizer"]["m2"], b["task"]["normalizer"]["m2"])
+    pa, pb = (json.loads((d / "policy.json").read_text()) for d in (full, resumed))
+    assert pa == pb
+    assert (full / "policy.py").read_text() == (resumed / "policy.py").read_text()
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_resume_of_another_task_fails_and_leaves_the_run(short_run, tmp_path):
+    before = _digest(short_run)
+    res = train(tmp_path, "x", f"resume={short_run}", "env=walker2d", "gp.generations=3", check=False)
+    assert res.returncode != 0
+    assert "does not match" in res.stderr and "env: run has 'hopper', this configuration 'walker2d'" in res.stderr
+    # another observation size of the same task
+    res = train(tmp_path, "y", f"resume={short_run}", "gp.generations=3",
+                "env.kwargs={exclude_current_positions_from_observation: false}", check=False)
+    assert res.returncode != 0 and "obs_dim: run has 11, this configuration 12" in res.stderr
+    assert _digest(short_run) == before
+
+
+@pytest.mark.parametrize("override, message", [
+    ("env=hoppper", "Available options in 'env'"),
+    ("env.backend=bullet", "unknown backend 'bullet'; choose one of ['auto', 'gymnasium', 'mujoco', 'brax'"),
+    ("gp.max_len=long", "Value 'long' of type 'str' could not be converted to Integer"),
+    ("gp.population_size=-3", "gp.population_size must be a positive number"),
+    ("wandb.mode=sometimes", "wandb.mode must be one of ['online', 'offline', 'disabled']"),
+    ("resume=/nonexistent/run", "does not exist"),
+])
+def test_bad_input_is_named(tmp_path, override, message):
+    res = train(tmp_path, "bad", "gp.generations=1", override, check=False)
+    assert res.returncode != 0
+    assert message in res.stderr + res.stdout
+    if override.startswith("env=hop"):
+        assert "hopper" in res.stderr
