@@ -8,7 +8,7 @@ in Hydra's ConfigStore; ``configs/config.yaml`` extends ``train_schema``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from omegaconf import MISSING
 
@@ -17,7 +17,7 @@ from omegaconf import MISSING
 class EnvSchema:
     name: str = MISSING
     backend: str = "auto"
-    episode_length: Optional[int] = None
+    episode_length: int | None = None
     episode_schedule: Any = None  # {start, ramp_generations} or null (Any: OmegaConf cannot merge a dict into a None dict)
     episodes: int = 1
     normalize_obs: bool = True
@@ -28,10 +28,10 @@ class EnvSchema:
 
 @dataclass
 class GPSchema:
-    population_size: Optional[int] = None
-    generations: Optional[int] = None
-    time_limit: Optional[float] = None
-    target_return: Optional[float] = None
+    population_size: int | None = None
+    generations: int | None = None
+    time_limit: float | None = None
+    target_return: float | None = None
     max_len: int = 64
     init_method: str = "ramped"
     init_depth: list[int] = field(default_factory=lambda: [1, 4])
@@ -42,7 +42,7 @@ class GPSchema:
     elitism: int = 10
     parsimony: float = 0.0
     rates: dict[str, float] = field(default_factory=dict)
-    crossover_leaf_prob: Optional[float] = 0.1
+    crossover_leaf_prob: float | None = 0.1
     subtree_depth: int = 4
     multi_prob: float = 0.1
     const_sigma: float = 0.1
@@ -55,7 +55,7 @@ class GPSchema:
 class TaskSchema:
     name: str = "policy"
     hall_of_fame: int = 8
-    validation_episodes: Optional[int] = None
+    validation_episodes: int | None = None
     digits: int = 4
 
 
@@ -63,10 +63,10 @@ class TaskSchema:
 class WandbSchema:
     mode: str = "offline"
     project: str = "gprl"
-    entity: Optional[str] = None
-    group: Optional[str] = None
+    entity: str | None = None
+    group: str | None = None
     tags: list[str] = field(default_factory=list)
-    name: Optional[str] = None
+    name: str | None = None
 
 
 @dataclass
@@ -78,7 +78,7 @@ class TrainSchema:
     seed: int = 0
     device: str = "auto"
     threads: Any = "auto"
-    resume: Optional[str] = None
+    resume: str | None = None
     checkpoint_every: int = 5
     keep_checkpoints: int = 2
     progress: bool = True

@@ -85,7 +85,7 @@ def readable(expr: sympy.Expr, digits: int = 4) -> sympy.Expr:
             s = round_floats(sympy.simplify(e), digits)
             if sympy.count_ops(s) <= sympy.count_ops(e):
                 e = s
-        except Exception:  # noqa: BLE001  (simplify may fail on exotic forms; the folded form is still right)
+        except Exception:  # noqa: BLE001, S110  (simplify may fail on exotic forms; the folded form is still right)
             pass
     return e
 
@@ -177,8 +177,8 @@ def tree_from_record(record: dict[str, Any], max_len: int | None = None) -> Popu
     L = max_len or n
     cols = {k: np.zeros(L, dt) for k, dt in (("kind", np.uint8), ("code", np.int16), ("out", np.uint8),
                                               ("value", np.float32), ("size", np.int16))}
-    for k in cols:
-        cols[k][:n] = record[k]
+    for k, col in cols.items():
+        col[:n] = record[k]
     pop = Population(*(torch.from_numpy(cols[k])[None] for k in ("kind", "code", "out", "value", "size")),
                      n_in=int(record["n_in"]), n_out=int(record["n_out"]))
     return pop.check()

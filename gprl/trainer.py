@@ -19,8 +19,14 @@ import torch
 
 from . import envs
 from .algorithm import GeneticProgramming
-from .checkpoint import (check_fingerprint, load_checkpoint, population_from_state, population_state,
-                         save_checkpoint, set_rng_states)
+from .checkpoint import (
+    check_fingerprint,
+    load_checkpoint,
+    population_from_state,
+    population_state,
+    save_checkpoint,
+    set_rng_states,
+)
 from .tasks import TASKS, Task
 from .tracking import Tracker
 

@@ -58,7 +58,7 @@ def replay_gymnasium(policy, meta: dict, episodes: int, seed: int, episode_lengt
         returns.append(total)
     env.close()
     if render:
-        write_video(render, frames, fps=int(round(1 / env.unwrapped.dt)))
+        write_video(render, frames, fps=round(1 / env.unwrapped.dt))
     return returns
 
 
@@ -88,7 +88,7 @@ def replay_brax(policy, meta: dict, episodes: int, seed: int, episode_length: in
     if render:
         from brax.io import image
 
-        write_video(render, image.render_array(env.sys, rollout, 320, 240), fps=int(round(1 / env.dt)))
+        write_video(render, image.render_array(env.sys, rollout, 320, 240), fps=round(1 / env.dt))
     return total.tolist()
 
 

@@ -25,7 +25,7 @@ def train(tmp_path: Path, run: str, *overrides: str, check: bool = True, wait: b
     cmd = [sys.executable, "train.py", *TINY, f"hydra.run.dir={tmp_path / run}", "progress=false", *overrides]
     if not wait:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    res = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     if check and res.returncode != 0:
         raise AssertionError(f"train.py failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
     return res
@@ -35,7 +35,7 @@ def replay(*args: str) -> dict:
     # the replay must not need gprl or torch: both are made unimportable
     code = ("import sys, runpy; sys.modules['torch'] = None; sys.modules['gprl'] = None; "
             f"sys.argv = ['replay.py', *{list(args)!r}]; runpy.run_path('scripts/replay.py', run_name='__main__')")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    out = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 

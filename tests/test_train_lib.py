@@ -4,6 +4,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -85,8 +86,8 @@ def test_exported_module_reproduces_kernels(tmp_path, transform):
         assert got.shape == (200, n_out)
         # float32 kernels vs float64 formula: agree except where a protected branch flips at its threshold
         close = np.isclose(got, want[i], rtol=1e-3, atol=1e-3)
-        assert close.mean() > 0.98, (i, open(paths["txt"]).read())
-        rec = json.loads(open(paths["json"]).read())
+        assert close.mean() > 0.98, (i, Path(paths["txt"]).read_text())
+        rec = json.loads(Path(paths["json"]).read_text())
         assert torch.equal(tree_from_record(rec["tree"], 48).kind, pop[i].kind)
         assert rec["normalization"]["mean"] == pytest.approx(mean.tolist())
     assert safe_names(names, 5, "obs") == ["a_b", "x0", "obs_class", "obs_2nd", "x0_4"]
