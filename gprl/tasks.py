@@ -132,7 +132,7 @@ class PolicyTask(Task):
         self.hof = self.hof[: self.hof_size]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"normalizer": self.normalizer.state_dict(), "hof": self.hof}
+        return {"normalizer": self.normalizer.state_dict(), "hof": list(self.hof)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.normalizer.load_state_dict(state["normalizer"])

@@ -165,12 +165,17 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
                       entity=wcfg.get("entity"), group=wcfg.get("group"), tags=wcfg.get("tags"),
                       name=wcfg.get("name"), run_id=wandb_id)
 
-    def checkpoint(generation: int) -> None:
-        save_checkpoint(run_dir, generation, {
-            "fingerprint": fingerprint, "population": population_state(pop), "archive_loss": gp.archive.loss.cpu(),
-            "archive_trees": population_state(gp.archive.trees), "task": task.state_dict(),
-            "elapsed": elapsed0 + time.perf_counter() - t0, "total_env_steps": total_steps,
-            "best_so_far": best_so_far, "wandb_id": tracker.run_id}, keep=int(cfg.get("keep_checkpoints", 2)))
+    def snapshot(generation: int) -> dict[str, Any]:
+        # the consistent state *before* evaluating ``generation``: what Ctrl-C and periodic checkpoints save
+        return {"generation": generation, "fingerprint": fingerprint,
+                "population": {k: v.clone() if torch.is_tensor(v) else v for k, v in population_state(pop).items()},
+                "archive_loss": gp.archive.loss.cpu().clone(), "archive_trees": population_state(gp.archive.trees),
+                "task": task.state_dict(), "elapsed": elapsed0 + time.perf_counter() - t0,
+                "total_env_steps": total_steps, "best_so_far": best_so_far, "wandb_id": tracker.run_id}
+
+    def checkpoint(snap: dict[str, Any]) -> None:
+        save_checkpoint(run_dir, snap["generation"], {k: v for k, v in snap.items() if k != "generation"},
+                        keep=int(cfg.get("keep_checkpoints", 2)))
 
     generations, time_limit = gp_cfg.get("generations"), gp_cfg.get("time_limit")
     target = gp_cfg.get("target_return")
@@ -181,9 +186,15 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
         bar = tqdm(total=generations, initial=start_gen, unit="gen", dynamic_ncols=True)
     t0 = time.perf_counter()
     g, fitness, stop = start_gen, None, ""
+    snap = snapshot(g)
     try:
         with open(metrics_path, "a") as mf:
-            while not stop:
+            while True:
+                snap = snapshot(g)
+                if stop or (g > start_gen and g % every == 0):
+                    checkpoint(snap)
+                if stop:
+                    break
                 tg = time.perf_counter()
                 fitness, m = task.evaluate(pop, g)
                 steps = int(m.get("env_steps", 0))
@@ -210,10 +221,8 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
                     stop = "target_return"
                 pop = gp.step(pop, fitness)
                 g += 1
-                if g % every == 0 or stop:
-                    checkpoint(g)
     except KeyboardInterrupt:
-        checkpoint(g)
+        checkpoint(snap)
         if bar is not None:
             bar.close()
         tracker.finish()

@@ -184,3 +184,22 @@ def test_bad_input_is_named(tmp_path, override, message):
     assert message in res.stderr + res.stdout
     if override.startswith("env=hop"):
         assert "hopper" in res.stderr
+
+
+def test_ctrl_c_writes_a_checkpoint_and_resumes(tmp_path):
+    gens = ["gp.generations=5", "checkpoint_every=100", "wandb.mode=disabled", "env.episode_length=150"]
+    proc = train(tmp_path, "run", *gens, wait=False)
+    metrics_file = tmp_path / "run" / "metrics.jsonl"
+    deadline = time.time() + 200
+    while time.time() < deadline and proc.poll() is None and not (
+            metrics_file.exists() and len(metrics_file.read_text().splitlines()) >= 2):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-2000:]
+    assert "interrupted: checkpoint written" in out
+    (ckpt,) = (tmp_path / "run" / "checkpoints").iterdir()  # no periodic checkpoint was due: Ctrl-C wrote it
+    assert int(ckpt.stem.split("_")[1]) >= 2
+    train(tmp_path, "resumer", *gens, f"resume={tmp_path / 'run'}")
+    assert [r["generation"] for r in metrics(tmp_path / "run")] == [0, 1, 2, 3, 4]
+    assert (tmp_path / "run" / "policy.py").exists()
