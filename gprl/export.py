@@ -122,34 +122,134 @@ _PROTECTED_SOURCE = "\n\n".join(inspect.getsource(f) for f in (F._np_pdiv, F._np
     "_np_pdiv", "pdiv").replace("_np_pinv", "pinv").replace("_np_plog", "plog").replace("np.", "numpy.")
 
 
+# float32 NumPy code per kernel function (kernels/nodes.h); every result is then saturated like clampv
+_F32 = {
+    "add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}",
+    "div": "numpy.where(numpy.abs({b}) < EPS32, ONE, {a} / {b})",
+    "sin": "sinf({a})", "cos": "cosf({a})", "tan": "tanf({a})", "exp": "expf({a})",
+    "log": "numpy.where(numpy.abs({a}) < EPS32, ZERO, logf(numpy.abs({a})))",
+    "sqrt": "numpy.sqrt(numpy.abs({a}))", "abs": "numpy.abs({a})", "neg": "-{a}",
+    "inv": "numpy.where(numpy.abs({a}) < EPS32, ONE, ONE / {a})", "pow": "powf(numpy.abs({a}), {b})",
+    "max": "numpy.fmax({a}, {b})", "min": "numpy.fmin({a}, {b})", "tanh": "tanhf({a})",
+    "sigmoid": "ONE / (ONE + expf(-{a}))", "lt": "numpy.where({a} < {b}, ONE, -ONE)",
+    "gt": "numpy.where({a} > {b}, ONE, -ONE)", "if": "numpy.where({a} > ZERO, {b}, {c})",
+}
+
+
+def _f32(v: float) -> str:
+    return f"numpy.float32({float(np.float32(v))!r})"
+
+
+def kernel_order_lines(record: dict[str, Any], indent: str = "        ") -> list[str]:
+    """float32 statements that evaluate the tree node by node exactly as the CPU kernel does (reverse prefix
+    order, the same operations and saturation, Modi outputs accumulated in emission order) into ``y0..``."""
+    from .population import CONST, FUNC, KIND_MASK, OUTPUT_FLAG, VAR
+
+    lines = [f"{indent}y{k} = ZERO" for k in range(record["n_out"])]
+    stack: list[str] = []
+    kinds, codes, outs, values = record["kind"], record["code"], record["out"], record["value"]
+    for i in range(record["length"] - 1, -1, -1):
+        kind = kinds[i] & KIND_MASK
+        if kind == VAR:
+            stack.append(f"x[..., {codes[i]}]")
+        elif kind == CONST:
+            stack.append(_f32(values[i]))
+        elif kind == FUNC:
+            fn = F.FUNCTIONS[codes[i]]
+            args = [stack.pop() for _ in range(fn.arity)]  # the first child is on top
+            names = dict(zip("abc", args))
+            lines.append(f"{indent}n{i} = numpy.clip({_F32[fn.name].format(**names)}, -BOUND32, BOUND32)")
+            if kinds[i] & OUTPUT_FLAG:
+                lines.append(f"{indent}y{outs[i]} = y{outs[i]} + n{i}")
+                stack.append(args[-1])  # Modi: the last child's value passes up
+            else:
+                stack.append(f"n{i}")
+    if record["length"] and not kinds[0] & OUTPUT_FLAG:
+        lines.append(f"{indent}y0 = y0 + {stack[-1]}")
+    return lines
+
+
 def numpy_source(exprs: Sequence[sympy.Expr], obs_names: Sequence[str], action_names: Sequence[str],
-                 transform: str, readable_text: str, meta: dict[str, Any]) -> str:
-    """A self-contained module (NumPy only) with ``act(obs) -> action``."""
+                 transform: str, readable_text: str, meta: dict[str, Any], record: dict[str, Any],
+                 mean: Sequence[float], std: Sequence[float], low: Sequence[float] | None,
+                 high: Sequence[float] | None) -> str:
+    """A self-contained module (NumPy only) with ``act(obs) -> action``.
+
+    ``act`` evaluates the tree in float32 in the kernels' order (normalise, tree, action map), so a replay
+    follows the training trajectories; ``formula_scores`` evaluates the folded raw-unit formula (float64)."""
     printer = _Printer()
+    n_obs, n_out = len(obs_names), len(action_names)
     lines = [f'"""Exported gprl policy for {meta.get("env", "?")} (NumPy only; no gprl, no torch).', "",
-             "Formulas in raw observation units (reading form; the code below is exact):", ""]
+             "Formulas in raw observation units (reading form of formula_scores; act() computes the same",
+             "function in float32 in the training kernels' order):", ""]
     lines += ["    " + ln for ln in readable_text.strip().splitlines()]
+    f32list = lambda vals: "numpy.array([" + ", ".join(repr(float(np.float32(v))) for v in vals) + "], numpy.float32)"
     lines += ['"""', "", "import numpy", "", f"EPS = {F.EPS!r}", f"BOUND = {F.BOUND!r}",
+              "EPS32, BOUND32 = numpy.float32(EPS), numpy.float32(BOUND)",
+              "ZERO, ONE = numpy.float32(0.0), numpy.float32(1.0)",
               f"OBS_NAMES = {list(obs_names)!r}", f"ACTION_NAMES = {list(action_names)!r}",
-              f"ACTION_TRANSFORM = {transform!r}", f"META = {json.dumps(meta, sort_keys=True)!r}", "", "",
+              f"ACTION_TRANSFORM = {transform!r}", f"MEAN = {f32list(mean)}", f"STD = {f32list(std)}"]
+    if low is not None:
+        lines += [f"LOW = {f32list(low)}", f"HIGH = {f32list(high)}", "CENTER, HALF = (LOW + HIGH) / 2, (HIGH - LOW) / 2"]
+    lines += [f"META = {json.dumps(meta, sort_keys=True)!r}", "", "",
               "# protected functions: the exact semantics of gprl's kernels (gprl/functions.py)",
               _PROTECTED_SOURCE.strip(), "", "",
-              "def scores(obs):", '    """Raw per-action values for obs [..., n_obs] (float64)."""',
-              "    obs = numpy.asarray(obs, dtype=numpy.float64)",
-              f"    if obs.shape[-1] != {len(obs_names)}:",
-              f"        raise ValueError(f'obs must have {len(obs_names)} entries in its last axis, got {{obs.shape}}')"]
+              "# float32 transcendental functions: the C library's (what gprl's CPU kernels call), so act() is",
+              "# bit-identical to them; without a loadable libm, float64 rounded once (within an ulp)",
+              "def _r(fn, a):", "    return fn(numpy.asarray(a, numpy.float64)).astype(numpy.float32)", "", "",
+              "def _libm_functions():",
+              "    import ctypes, ctypes.util",
+              "    try:",
+              "        lib = ctypes.CDLL(ctypes.util.find_library('m') or 'libm.so.6')",
+              "    except OSError:",
+              "        lib = None",
+              "    out = {}",
+              "    for name, arity, fallback in (('sinf', 1, numpy.sin), ('cosf', 1, numpy.cos), ('tanf', 1, numpy.tan),",
+              "                                  ('expf', 1, numpy.exp), ('logf', 1, numpy.log), ('tanhf', 1, numpy.tanh),",
+              "                                  ('powf', 2, numpy.power)):",
+              "        cfn = getattr(lib, name, None) if lib is not None else None",
+              "        if cfn is None:",
+              "            out[name] = (lambda f: lambda *a: f(*(numpy.asarray(v, numpy.float64) for v in a)).astype(",
+              "                numpy.float32))(fallback)",
+              "            continue",
+              "        cfn.restype, cfn.argtypes = ctypes.c_float, [ctypes.c_float] * arity",
+              "        vec = numpy.frompyfunc(cfn, arity, 1)",
+              "        out[name] = (lambda v: lambda *a: numpy.asarray(v(*(numpy.asarray(x, numpy.float32) for x in a)),",
+              "                                                        numpy.float32))(vec)",
+              "    return out",
+              "", "",
+              "_LIBM = _libm_functions()",
+              "sinf, cosf, tanf, expf, logf, tanhf, powf = (_LIBM[k] for k in ('sinf', 'cosf', 'tanf', 'expf', 'logf',",
+              "                                                              'tanhf', 'powf'))",
+              "", "",
+              "def _check(obs, dtype):", "    obs = numpy.asarray(obs, dtype=dtype)",
+              f"    if obs.shape[-1] != {n_obs}:",
+              f"        raise ValueError(f'obs must have {n_obs} entries in its last axis, got {{obs.shape}}')",
+              "    return obs", "", "",
+              "def formula_scores(obs):", '    """The folded formulas (raw units, float64) for obs [..., n_obs]."""',
+              "    obs = _check(obs, numpy.float64)"]
     for i, name in enumerate(obs_names):
         lines.append(f"    {name} = obs[..., {i}]")
-    lines.append("    with numpy.errstate(all='ignore'):")
-    lines.append("        out = [")
+    lines += ["    with numpy.errstate(all='ignore'):", "        out = ["]
     for e in exprs:
         lines.append(f"            numpy.broadcast_to({printer.doprint(e)}, obs.shape[:-1]),")
     lines += ["        ]", "    return numpy.stack(out, axis=-1)", "", "",
-              "def act(obs):", '    """The action for obs [n_obs] (or a batch [B, n_obs])."""', "    s = scores(obs)"]
+              "def scores(obs):", '    """Tree outputs (before the action map) in float32, in the kernels\' order."""',
+              "    obs = _check(obs, numpy.float32)", "    with numpy.errstate(all='ignore'):",
+              "        x = (obs - MEAN) / STD"]
+    lines += kernel_order_lines(record)
+    outs = ", ".join(f"y{k}" for k in range(n_out))
+    lines += [f"    return numpy.stack([numpy.broadcast_to(numpy.float32(v), obs.shape[:-1]) for v in ({outs},)], axis=-1)",
+              "", "",
+              "def act(obs):", '    """The action for obs [n_obs] (or a batch [B, n_obs])."""', "    y = scores(obs)"]
     if transform == "argmax":
-        lines.append("    return numpy.argmax(numpy.where(numpy.isnan(s), -numpy.inf, s), axis=-1)")
+        lines.append("    return numpy.argmax(numpy.where(numpy.isnan(y), -numpy.inf, y), axis=-1)")
     else:
-        lines.append("    return numpy.nan_to_num(s, nan=0.0).astype(numpy.float32)")
+        mapped = {"tanh": "CENTER + HALF * _r(numpy.tanh, y)", "clip": "numpy.minimum(numpy.maximum(y, LOW), HIGH)",
+                  "none": "y"}[transform]
+        lines += [f"    a = {mapped}", "    # as the environments do: NaN -> 0, then the bounds",
+                  "    return numpy.clip(numpy.nan_to_num(a, nan=0.0), LOW, HIGH).astype(numpy.float32)"
+                  if low is not None else "    return numpy.nan_to_num(a, nan=0.0).astype(numpy.float32)"]
     return "\n".join(lines) + "\n"
 
 
@@ -216,6 +316,7 @@ def export_policy(out_dir: str | os.PathLike, tree: Population, mean: Sequence[f
     paths = {k: os.path.join(out_dir, f"policy.{k}") for k in ("txt", "tex", "py", "json")}
     write_atomic(paths["txt"], text_file)
     write_atomic(paths["tex"], latex_source(reading, anames))
-    write_atomic(paths["py"], numpy_source(exact, onames, anames, transform, text, meta))
+    write_atomic(paths["py"], numpy_source(exact, onames, anames, transform, text, meta, record["tree"], mean, std,
+                                           low, high))
     write_atomic(paths["json"], json.dumps(record, indent=1))
     return paths

@@ -117,7 +117,9 @@ class ActionMap:
     def __call__(self, y: torch.Tensor) -> torch.Tensor:
         if self.transform == "tanh":
             center, half = self.center_half()
-            return center + half * torch.tanh(y)
+            # tanh in float64, rounded once: libraries' float32 tanh differ by an ulp, which chaotic dynamics
+            # amplify; this makes the exported NumPy policy replay the training trajectories
+            return center + half * torch.tanh(y.double()).float()
         if self.transform == "clip":
             return torch.minimum(torch.maximum(y, self.low), self.high)
         return y  # argmax/none: the environment maps scores / clips

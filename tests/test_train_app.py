@@ -203,3 +203,13 @@ def test_ctrl_c_writes_a_checkpoint_and_resumes(tmp_path):
     train(tmp_path, "resumer", *gens, f"resume={tmp_path / 'run'}")
     assert [r["generation"] for r in metrics(tmp_path / "run")] == [0, 1, 2, 3, 4]
     assert (tmp_path / "run" / "policy.py").exists()
+
+
+def test_discrete_task_exports_an_argmax_policy(tmp_path):
+    """CartPole (Gymnasium backend, 2 actions): argmax of the exported scores replays the recorded return."""
+    train(tmp_path, "cp", "env=cartpole", "gp.generations=2", "wandb.mode=disabled", "env.episode_length=80",
+          "env.episode_schedule=null")
+    rec = json.loads((tmp_path / "cp" / "policy.json").read_text())
+    assert rec["action"]["transform"] == "argmax" and len(rec["formulas"]) == 2
+    out = replay(str(tmp_path / "cp"), "--reproduce")
+    assert out["mean_return"] == pytest.approx(out["recorded_return"], rel=1e-4)

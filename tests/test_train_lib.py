@@ -74,7 +74,8 @@ def test_exported_module_reproduces_kernels(tmp_path, transform):
     low, high = torch.tensor([-1.0, 0.0, -0.4]), torch.tensor([1.0, 2.0, 0.4])
     X = torch.randn(200, n_in, generator=g) * 2 + mean
     amap = ActionMap(transform, low, high)
-    want = amap(pop.forward(((X - mean) / std).expand(P, -1, -1).contiguous())).numpy()
+    raw = pop.forward(((X - mean) / std).expand(P, -1, -1).contiguous())
+    want = amap(raw).numpy()
     names = ["a b", "x0", "class", "2nd", "x0"]  # messy names become distinct identifiers
     for i in range(P):
         paths = export_policy(tmp_path / str(i), pop[i], mean.tolist(), std.tolist(), transform, low.tolist(),
@@ -82,10 +83,14 @@ def test_exported_module_reproduces_kernels(tmp_path, transform):
         spec = importlib.util.spec_from_file_location(f"p{transform}{i}", paths["py"])
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-        got = mod.act(X.double().numpy())
-        assert got.shape == (200, n_out)
-        # float32 kernels vs float64 formula: agree except where a protected branch flips at its threshold
-        close = np.isclose(got, want[i], rtol=1e-3, atol=1e-3)
+        # act(): float32 in the kernels' order with the C library's functions: bit-identical tree outputs
+        np.testing.assert_array_equal(mod.scores(X.numpy()), raw[i].numpy())
+        got = mod.act(X.numpy())
+        assert got.shape == (200, n_out) and got.dtype == np.float32
+        np.testing.assert_allclose(got, np.clip(want[i], low.numpy(), high.numpy()), rtol=1e-6, atol=1e-7)
+        # the folded float64 formula: equal except where a protected branch flips at its threshold
+        close = np.isclose(np.clip(mod.formula_scores(X.double().numpy()), low.numpy(), high.numpy()),
+                           np.clip(want[i], low.numpy(), high.numpy()), rtol=1e-3, atol=1e-3)
         assert close.mean() > 0.98, (i, Path(paths["txt"]).read_text())
         rec = json.loads(Path(paths["json"]).read_text())
         assert torch.equal(tree_from_record(rec["tree"], 48).kind, pop[i].kind)
