@@ -78,16 +78,24 @@ def round_floats(expr: sympy.Expr, digits: int = 4) -> sympy.Expr:
 
 
 def readable(expr: sympy.Expr, digits: int = 4) -> sympy.Expr:
-    """The reading form: plain division/log, simplified (when small enough) and rounded."""
-    e = round_floats(unprotect(expr), digits)
+    """The reading form: plain division/log, numbers evaluated, simplified (when small enough) and rounded."""
+    e = round_floats(_evaluate_numbers(unprotect(expr)), digits)
     if sympy.count_ops(e) <= SIMPLIFY_MAX_OPS:
         try:
-            s = round_floats(sympy.simplify(e), digits)
-            if sympy.count_ops(s) <= sympy.count_ops(e):
+            s = round_floats(_evaluate_numbers(sympy.simplify(e)), digits)
+            # keep simplify's result only when shorter and still plain algebra (no ITE inside conditions)
+            if sympy.count_ops(s) <= sympy.count_ops(e) and not s.has(sympy.ITE):
                 e = s
         except Exception:  # noqa: BLE001, S110  (simplify may fail on exotic forms; the folded form is still right)
             pass
     return e
+
+
+def _evaluate_numbers(expr: sympy.Expr) -> sympy.Expr:
+    """Closed numeric subexpressions (tanh(1), sqrt(2), ...) as floats."""
+    reps = {a: sympy.Float(a.evalf()) for a in expr.atoms(sympy.Function, sympy.Pow)
+            if a.is_number and not a.is_Rational and a.is_extended_real}
+    return expr.xreplace(reps) if reps else expr
 
 
 class _Printer(NumPyPrinter):

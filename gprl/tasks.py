@@ -9,6 +9,7 @@ classification) only implements this interface and registers itself in :data:`TA
 from __future__ import annotations
 
 import abc
+import json
 import math
 from typing import Any
 
@@ -93,6 +94,10 @@ class PolicyTask(Task):
         self.action_names = self.env.action_names
         self.normalizer = ObsNormalizer(self.n_in, self.device, enabled=bool(env_cfg.get("normalize_obs", True)))
         self.parsimony, self.hof_size, self.digits = float(parsimony), int(hall_of_fame), int(digits)
+        if hall_of_fame < 1:
+            raise ValueError(f"task.hall_of_fame must be >= 1 (candidates validated at the end), got {hall_of_fame}")
+        if validation_episodes is not None and validation_episodes < 0:
+            raise ValueError(f"task.validation_episodes must be >= 0 (0: fill the training batch), got {validation_episodes}")
         self.validation_episodes = validation_episodes
         self.env_kwargs = kwargs
         self.hof: list[dict[str, Any]] = []  # best per generation: tree state, mean, std, fitness, generation
@@ -139,23 +144,31 @@ class PolicyTask(Task):
         self.hof = state["hof"]
 
     def validate(self) -> tuple[int, list[dict[str, Any]]]:
-        """Mean return of every hall-of-fame tree on fresh full-length episodes; returns (best index, rows)."""
+        """Mean return of every hall-of-fame tree on fresh full-length episodes; returns (best index, rows).
+
+        Candidate k plays a contiguous block of episodes (environments ``start_k ..``), so its episodes start
+        from seeds ``seed + start_k + e``, which ``scripts/replay.py --reproduce`` replays. With
+        ``validation_episodes=0`` the blocks fill the training batch and the training environment is reused
+        (no second compilation on Brax)."""
         K = len(self.hof)
-        per = self.validation_episodes or max(1, (self.pop_size * self.episodes) // K)
-        reuse = K * per == self.env.num_envs
-        env = self.env if reuse else envs.make(self.name, backend=self.backend, num_envs=K * per,
-                                               device=self.device, seed=self.seed,
-                                               episode_length=self.final_length, **self.env_kwargs)
-        trees = Population.cat([population_from_state(h["tree"], "cpu") for h in self.hof]).to(self.device)
-        mean = torch.stack([h["mean"] for h in self.hof]).to(self.device)
-        std = torch.stack([h["std"] for h in self.hof]).to(self.device)
+        N = K * self.validation_episodes if self.validation_episodes else max(K, self.env.num_envs)
+        reuse = N == self.env.num_envs
+        env = self.env if reuse else envs.make(self.name, backend=self.backend, num_envs=N, device=self.device,
+                                               seed=self.seed, episode_length=self.final_length, **self.env_kwargs)
+        sizes = [N // K + (1 if k < N % K else 0) for k in range(K)]
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
+        index = torch.repeat_interleave(torch.arange(K), torch.tensor(sizes))
+        trees = Population.cat([population_from_state(h["tree"], "cpu") for h in self.hof])[index].to(self.device)
+        mean = torch.stack([h["mean"] for h in self.hof])[index].to(self.device)
+        std = torch.stack([h["std"] for h in self.hof])[index].to(self.device)
         seed = self._seed(0x5EED, 1)
-        ev = evaluate_policies(trees, env, self.action_map, mean, std, per, self.final_length, seed=seed)
+        ev = evaluate_policies(trees, env, self.action_map, mean, std, 1, self.final_length, seed=seed)
         if not reuse:
             env.close()
+        returns = ev.returns.cpu()
         rows = [{"generation": h["generation"], "train_return": h["fitness"],
-                 "validation_return": float(ev.returns[k]), "validation_seed": seed + k * per,
-                 "validation_episodes": per} for k, h in enumerate(self.hof)]
+                 "validation_return": float(returns[starts[k]:starts[k] + sizes[k]].mean()),
+                 "validation_seed": seed + starts[k], "validation_episodes": sizes[k]} for k, h in enumerate(self.hof)]
         best = int(np.nanargmax([r["validation_return"] for r in rows]))
         return best, rows
 
@@ -172,8 +185,6 @@ class PolicyTask(Task):
                 "validation": rows[best], "candidates": rows}
         files = export_policy(out_dir, tree, h["mean"].tolist(), h["std"].tolist(), self.action_map.transform,
                               low, high, self.obs_names, self.action_names, meta, self.digits)
-        import json
-
         with open(files["json"]) as f:
             formulas = json.load(f)["formulas"]
         return {"files": files, "formulas": formulas, "validation_return": rows[best]["validation_return"],

@@ -213,3 +213,17 @@ def test_discrete_task_exports_an_argmax_policy(tmp_path):
     assert rec["action"]["transform"] == "argmax" and len(rec["formulas"]) == 2
     out = replay(str(tmp_path / "cp"), "--reproduce")
     assert out["mean_return"] == pytest.approx(out["recorded_return"], rel=1e-4)
+
+
+def test_validation_fills_the_batch_in_blocks(tmp_path):
+    """validation_episodes=0: the hall of fame shares the training batch (uneven blocks), env reused."""
+    train(tmp_path, "v", "gp.generations=4", "wandb.mode=disabled", "task.validation_episodes=0",
+          "task.hall_of_fame=5")
+    meta = json.loads((tmp_path / "v" / "policy.json").read_text())["meta"]
+    sizes = [c["validation_episodes"] for c in meta["candidates"]]
+    assert sum(sizes) == 12 and max(sizes) - min(sizes) <= 1 and len(sizes) == 4
+    starts = [c["validation_seed"] - meta["candidates"][0]["validation_seed"] for c in meta["candidates"]]
+    assert starts == [sum(sizes[:k]) for k in range(len(sizes))]
+    out = replay(str(tmp_path / "v"), "--reproduce")
+    assert out["episodes"] == meta["validation"]["validation_episodes"]
+    assert out["mean_return"] == pytest.approx(meta["validation"]["validation_return"], rel=1e-4)
