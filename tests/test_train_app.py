@@ -227,3 +227,13 @@ def test_validation_fills_the_batch_in_blocks(tmp_path):
     out = replay(str(tmp_path / "v"), "--reproduce")
     assert out["episodes"] == meta["validation"]["validation_episodes"]
     assert out["mean_return"] == pytest.approx(meta["validation"]["validation_return"], rel=1e-4)
+
+
+def test_multirun_makes_one_run_directory_per_job(tmp_path):
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path / "wandb_home")}
+    cmd = [sys.executable, "train.py", "-m", "seed=0,1", *TINY, "gp.generations=1", "wandb.mode=disabled",
+           "progress=false", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    res = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    policies = [json.loads((tmp_path / "sweep" / job / "policy.json").read_text()) for job in ("0", "1")]
+    assert policies[0]["tree"] != policies[1]["tree"]  # different seeds, different runs
