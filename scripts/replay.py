@@ -42,8 +42,6 @@ def replay_gymnasium(policy, meta: dict, episodes: int, seed: int, episode_lengt
 
     env_id = GYM_IDS.get(meta["env"], meta["env"])
     kwargs = dict(meta.get("env_kwargs") or {})
-    if render:
-        os.environ.setdefault("MUJOCO_GL", "egl")
     env = gym.make(env_id, max_episode_steps=episode_length, render_mode="rgb_array" if render else None, **kwargs)
     returns, frames = [], []
     for e in range(episodes):
@@ -58,7 +56,7 @@ def replay_gymnasium(policy, meta: dict, episodes: int, seed: int, episode_lengt
         returns.append(total)
     env.close()
     if render:
-        write_video(render, frames, fps=round(1 / env.unwrapped.dt))
+        write_video(render, frames, fps=float(round(1 / float(env.unwrapped.dt))))
     return returns
 
 
@@ -88,7 +86,7 @@ def replay_brax(policy, meta: dict, episodes: int, seed: int, episode_length: in
     if render:
         from brax.io import image
 
-        write_video(render, image.render_array(env.sys, rollout, 320, 240), fps=round(1 / env.dt))
+        write_video(render, image.render_array(env.sys, rollout, 320, 240), fps=float(round(1 / float(env.dt))))
     return total.tolist()
 
 
@@ -126,6 +124,8 @@ def main(argv: list[str] | None = None) -> dict:
         episodes = args.episodes or 10
     if episodes < 1 or length < 1:
         raise SystemExit("replay: --episodes and --episode-length must be >= 1")
+    if args.render:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; must precede the first import of mujoco
     fn = replay_brax if backend == "brax" else replay_gymnasium
     returns = fn(policy, meta, episodes, seed, length, args.render)
     out = {"env": meta["env"], "backend": backend, "episodes": episodes, "seed": seed, "episode_length": length,
