@@ -3,7 +3,12 @@
 # exported policy replayed on 10 fresh Brax episodes. Results go to $OUT (default ./gpu_out): train.log,
 # metrics.jsonl, curve.csv (wall clock vs best return), summary.json, policy.txt, replay.json, report.txt
 # (<= 8 files). Stays under 9 minutes: TIME_LIMIT (s of evolution, default 330) + build + JIT + replay.
-# Usage: [TIME_LIMIT=330] bash scripts/gpu_train_check.sh [extra Hydra overrides, e.g. gp.population_size=4096]
+# Usage: [TIME_LIMIT=330] bash scripts/gpu_train_check.sh [extra Hydra overrides]
+#   e.g. gp.population_size=8192  'env.episode_schedule={start: 100, ramp_generations: 20}'
+#        'env.kwargs={pipeline: spring}'  task.validation_episodes=64
+# The Brax defaults (configs/env/hopper.yaml, per_backend.brax) are 16,384 trees, episodes 100 -> 1,000 steps
+# over 30 generations, 480 s of evolution, validation filling the training batch; TIME_LIMIT=480 is the full
+# 600 s target run (needs the kernel cache warm, GPRL_CACHE, to stay under the 10-minute call limit).
 #
 # Wheels (.whl/, see ../shared/GPU.md) must include, besides the simulator set, the training app's pure-Python
 # dependencies: hydra-core==1.3.8 omegaconf==2.3.1 pyyaml (cp312) tqdm and antlr4-python3-runtime==4.9.3

@@ -131,3 +131,22 @@ def test_checkpoint_roundtrip_and_fingerprint(tmp_path):
         check_fingerprint({"env": "hopper", "obs_dim": 11}, {"env": "hopper", "obs_dim": 12}, tmp_path)
     with pytest.raises(FileNotFoundError, match="no checkpoints"):
         load_checkpoint(tmp_path / "checkpoints")
+
+
+def test_per_backend_defaults_fill_only_null_entries():
+    from omegaconf import OmegaConf
+
+    from gprl.trainer import apply_backend_defaults
+
+    env = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[1] / "configs" / "env" / "hopper.yaml"))
+    gp = {"population_size": None, "time_limit": None}
+    brax = apply_backend_defaults({"env": {**env, "backend": "brax"}, "gp": dict(gp), "task": {}})
+    assert brax["gp"]["population_size"] == 16384 and brax["env"]["kwargs"] == {"pipeline": "generalized"}
+    assert brax["task"]["validation_episodes"] == 0
+    mine = apply_backend_defaults({"env": {**env, "backend": "brax"}, "gp": {**gp, "population_size": 64},
+                                   "task": {}})
+    assert mine["gp"]["population_size"] == 64 and mine["gp"]["time_limit"] == 480
+    # no CUDA here: auto is native MuJoCo
+    auto = apply_backend_defaults({"env": dict(env), "gp": dict(gp), "task": {}})
+    assert auto["env"]["backend"] == "mujoco" and auto["gp"]["population_size"] == 1000
+    assert auto["env"]["episode_schedule"] == {"start": 200, "ramp_generations": 30}
