@@ -186,6 +186,8 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
         bar = tqdm(total=generations, initial=start_gen, unit="gen", dynamic_ncols=True)
     t0 = time.perf_counter()
     g, fitness, stop = start_gen, None, ""
+    if generations is not None and start_gen >= generations:
+        stop = "generations"  # a resumed run that already reached gp.generations: export only
     snap = snapshot(g)
     try:
         with open(metrics_path, "a") as mf:
