@@ -492,7 +492,9 @@ at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at
     const int rows = D <= WARP ? 1 : (D <= 2 * WARP ? 2 : 4);
     constexpr int WARPS = 4;
     const size_t x_bytes = (size_t(n_in) * D * 4 + 15) / 16 * 16;
-    const bool x_in_smem = x_bytes <= 32 * 1024;
+    // Few blocks: stage the data once per block (the first touch of each row is a long global load). Many
+    // blocks: every block restaging it costs more than L1, which the block's warps share, saves.
+    const bool x_in_smem = x_bytes <= 32 * 1024 && P <= 1024;
     const size_t smem = (x_in_smem ? x_bytes : 0) + WARPS * tree_smem_bytes(L);
     with_stack(max_stack, rows, [&](auto r_, auto s_) {
       constexpr int R = decltype(r_)::value, S = decltype(s_)::value;

@@ -39,6 +39,10 @@ def main() -> None:
                                    min_depth=3, max_depth=8, max_len=256, seed=0, device="cuda")
     data = gprl.Dataset(torch.rand(60, 8), torch.rand(60), device="cuda")
     show("fitness P=100 D=60", lambda: small.fitness(data), 50)
+    big = gprl.Population.random(100_000, 8, functions=["add", "sub", "mul", "div", "sin", "cos", "tan"],
+                                 min_depth=3, max_depth=8, max_len=256, seed=0, device="cuda")
+    data = gprl.Dataset(torch.rand(392, 8), torch.rand(392), device="cuda")
+    show("fitness P=100000 D=392", lambda: big.fitness(data), 10)
 
 
 if __name__ == "__main__":
