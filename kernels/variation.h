@@ -193,20 +193,8 @@ GPRL_HD void perturb_constant(Philox& rng, const TreeRef& a, int i, const VaryPa
 
 // Writes child `t` of parent `a` (and donor `b` for exchange/crossover) into `d`. `node`/`dnode` are the
 // exchange points of OP_EXCHANGE. A child that would exceed max_len or max_depth is a copy of `a`.
-// The child's sizes for the depth check, staged where re-reading them is cheap (`scratch`: CUDA shared
-// memory; nullptr reads them in place).
-GPRL_HD const int16_t* staged_sizes(const TreeOut& d, int16_t* scratch, int L, int lane, int nl) {
-  if (!scratch) return d.size;
-  int len = d.size[0];
-  len = len < 0 ? 0 : (len > L ? L : len);
-  for (int i = lane; i < len; i += nl) scratch[i] = d.size[i];
-  lane_sync();
-  return scratch;
-}
-
 GPRL_HD void vary_tree(int64_t t, int op, const TreeRef& a, const TreeRef& b, bool has_donor, int node, int dnode,
-                       const float* w, const VaryParams& p, const TreeOut& d, int lane, int nl,
-                       int16_t* size_scratch = nullptr) {
+                       const float* w, const VaryParams& p, const TreeOut& d, int lane, int nl) {
   Philox rng(p.seed, uint64_t(t));
   const int L = p.max_len, len = a.size[0];
   bool done = false, grows = false;
@@ -325,7 +313,7 @@ GPRL_HD void vary_tree(int64_t t, int op, const TreeRef& a, const TreeRef& b, bo
     copy_tree(d, a, L, lane, nl);
   } else if (grows && p.max_depth > 0) {
     lane_sync();
-    bool deep = depth_exceeds(staged_sizes(d, size_scratch, L, lane, nl), p.max_depth);
+    bool deep = depth_exceeds(d.size, p.max_depth);
     lane_sync();
     if (deep) copy_tree(d, a, L, lane, nl);
   }
