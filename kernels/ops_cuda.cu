@@ -54,24 +54,14 @@ __global__ void validate_kernel(const uint8_t* kind, const int16_t* code, const 
 
 int blocks_for(int64_t n, int threads) { return int((n + threads - 1) / threads); }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> generate_cuda(
-    const at::Tensor& weights, int64_t pop_size, int64_t max_len, int64_t n_in, int64_t n_out, int64_t method,
-    int64_t min_depth, int64_t max_depth, double leaf_prob, double const_prob, double const_low,
-    double const_high, double output_prob, int64_t seed) {
-  TORCH_CHECK(weights.numel() == NUM_FUNCTIONS && weights.scalar_type() == at::kFloat,
-              "gprl: function weights must be float32 [", int(NUM_FUNCTIONS), "]");
-  TORCH_CHECK(max_depth <= MAX_GEN_DEPTH, "gprl: max_depth must be <= ", MAX_GEN_DEPTH);
+Pop5 generate_cuda(const at::Tensor& weights, int64_t pop_size, int64_t max_len, int64_t n_in, int64_t n_out,
+                   int64_t method, int64_t min_depth, int64_t max_depth, double leaf_prob, double const_prob,
+                   double const_low, double const_high, double output_prob, int64_t seed) {
+  GenParams g = generate_params(weights, max_len, n_in, n_out, method, min_depth, max_depth, leaf_prob, const_prob,
+                                const_low, const_high, output_prob, seed);
   c10::cuda::CUDAGuard guard(weights.device());
-  auto opts = weights.options();
-  at::Tensor kind = at::empty({pop_size, max_len}, opts.dtype(at::kByte));
-  at::Tensor code = at::empty({pop_size, max_len}, opts.dtype(at::kShort));
-  at::Tensor out = at::empty({pop_size, max_len}, opts.dtype(at::kByte));
-  at::Tensor value = at::empty({pop_size, max_len}, opts.dtype(at::kFloat));
-  at::Tensor size = at::empty({pop_size, max_len}, opts.dtype(at::kShort));
+  auto [kind, code, out, value, size] = empty_population(weights.options(), pop_size, max_len);
   if (pop_size == 0) return {kind, code, out, value, size};
-  GenParams g{int(max_len), int(n_in), int(n_out), int(method), int(min_depth), int(max_depth),
-              float(leaf_prob), float(const_prob), float(const_low), float(const_high), float(output_prob),
-              uint64_t(seed)};
   at::Tensor w = weights.contiguous();
   constexpr int T = 128;
   generate_kernel<<<blocks_for(pop_size, T), T, 0, stream()>>>(
@@ -465,24 +455,15 @@ at::Tensor forward_batched_cuda(const at::Tensor& kind, const at::Tensor& code, 
 at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,
                         const at::Tensor& size, const at::Tensor& Xt, const at::Tensor& yt,
                         const std::optional<at::Tensor>& weight, int64_t metric, int64_t max_stack) {
-  check_population(kind, code, out, value, size);
-  check_data(Xt, kind, "Xt");
-  check_data(yt, kind, "yt");
-  TORCH_CHECK(Xt.dim() == 2 && yt.dim() == 2 && yt.size(1) == Xt.size(1), "gprl: Xt must be [n_in, D], yt [n_out, D]");
-  TORCH_CHECK(metric >= MSE && metric <= RMSE, "gprl: metric must be 0 (MSE), 1 (MAE) or 2 (RMSE)");
+  at::Tensor w = check_fitness_args(kind, code, out, value, size, Xt, yt, weight, metric);
   c10::cuda::CUDAGuard guard(kind.device());
   const int64_t P = kind.size(0), L = kind.size(1), D = Xt.size(1), n_out = yt.size(0);
   at::Tensor result = at::empty({P}, Xt.options());
   if (P == 0) return result;
   TORCH_CHECK(D > 0 && L > 0, "gprl: fitness needs at least one row and max_len >= 1");
   at::Tensor xc = Xt.contiguous(), yc = yt.contiguous();
-  at::Tensor w, wsum;
-  if (weight.has_value()) {
-    check_data(*weight, kind, "weight");
-    TORCH_CHECK(weight->numel() == D, "gprl: weight must be [D]");
-    w = weight->contiguous();
-    wsum = w.to(at::kDouble).sum();  // stays on the device: no host sync
-  }
+  at::Tensor wsum;
+  if (w.defined()) wsum = w.to(at::kDouble).sum();  // stays on the device: no host sync
   const float* wp = w.defined() ? w.data_ptr<float>() : nullptr;
   const double* wsum_p = wsum.defined() ? wsum.data_ptr<double>() : nullptr;
   const int n_in = int(xc.size(0));
