@@ -240,16 +240,32 @@ def check_features(X, name: str = "X", feature_names: Sequence[str] | None = Non
                              f"leave them out")
         feature_names = [str(c) for c in X.columns]
         X = X.to_numpy()
+    if hasattr(X, "toarray") or type(X).__module__.startswith("scipy.sparse"):
+        raise TypeError(f"Sparse data was passed for {name}, but dense data is required; convert it with "
+                        f"{name}.toarray()")
     X = np.asarray(X)
-    if X.dtype == object or not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
+    if X.dtype == object:  # numbers stored as objects are fine; strings are not
+        try:
+            X = X.astype(np.float64)
+        except TypeError as err:  # e.g. a dict or list in a cell
+            raise TypeError(f"{name} has non-numeric values ({err}); encode them as numbers first") from err
+        except ValueError as err:  # e.g. a string that is not a number
+            raise ValueError(f"{name} has non-numeric values ({err}); encode them as numbers first") from err
+    if np.iscomplexobj(X):
+        raise ValueError(f"Complex data not supported: {name} holds complex numbers; split them into real and "
+                         f"imaginary features")
+    if not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
         raise ValueError(f"{name} must be numeric, got dtype {X.dtype}; convert strings/categories to numbers")
     if X.ndim == 1:
-        raise ValueError(f"{name} must be 2-D [n_samples, n_features], got 1-D; use X.reshape(-1, 1) for a "
-                         f"single feature")
+        raise ValueError(f"{name} must be 2-D [n_samples, n_features], got 1-D. Reshape your data with "
+                         f"X.reshape(-1, 1) for a single feature or X.reshape(1, -1) for a single sample")
     if X.ndim != 2:
         raise ValueError(f"{name} must be 2-D [n_samples, n_features], got shape {X.shape}")
-    if X.shape[0] == 0 or X.shape[1] == 0:
-        raise ValueError(f"{name} is empty (shape {X.shape}); it needs at least one row and one feature")
+    if X.shape[0] == 0:
+        raise ValueError(f"{name} is empty: found array with 0 sample(s) (shape={X.shape}) while a minimum of 1 "
+                         f"is required.")
+    if X.shape[1] == 0:
+        raise ValueError(f"{name} has 0 feature(s) (shape={X.shape}) while a minimum of 1 is required.")
     X = X.astype(np.float64)
     finite = np.isfinite(X)
     if not finite.all():
@@ -262,6 +278,8 @@ def check_features(X, name: str = "X", feature_names: Sequence[str] | None = Non
 
 def check_targets(y, n_rows: int, task: str, name: str = "y") -> np.ndarray:
     """y as float64 [n] / [n, k] (regression) or labels [n] (classification), with clear errors."""
+    if y is None:
+        raise ValueError(f"this estimator requires y to be passed, but the target {name} is None")
     y = y.to_numpy() if hasattr(y, "to_numpy") else np.asarray(y)
     if y.ndim == 0:
         raise ValueError(f"{name} must be an array of targets, got a scalar")
@@ -273,7 +291,13 @@ def check_targets(y, n_rows: int, task: str, name: str = "y") -> np.ndarray:
     if task == "regression":
         if y.ndim > 2:
             raise ValueError(f"{name} must be [n] or [n, n_targets], got shape {y.shape}")
-        if y.dtype == object or not (np.issubdtype(y.dtype, np.number) or y.dtype == bool):
+        if y.dtype == object:  # numbers stored as objects are fine; labels are not
+            try:
+                y = y.astype(np.float64)
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"{name} must be numeric for regression ({err}); for class labels use "
+                                 f"SymbolicClassifier") from err
+        if not (np.issubdtype(y.dtype, np.number) or y.dtype == bool) or np.iscomplexobj(y):
             raise ValueError(f"{name} must be numeric for regression, got dtype {y.dtype}; for labels use "
                              f"SymbolicClassifier")
         y = y.astype(np.float64)
@@ -282,6 +306,13 @@ def check_targets(y, n_rows: int, task: str, name: str = "y") -> np.ndarray:
                              f"impute them: nothing is dropped silently")
         return y
     if y.ndim == 2 and y.shape[1] == 1:
+        import warnings
+
+        from sklearn.exceptions import DataConversionWarning
+
+        warnings.warn("A column-vector y was passed when a 1d array was expected; it is used as 1-D labels [n] "
+                      "(use y.ravel())",
+                      DataConversionWarning, stacklevel=3)
         y = y[:, 0]
     if y.ndim != 1:
         raise ValueError(f"{name} must be 1-D class labels for classification, got shape {y.shape}")
@@ -310,7 +341,7 @@ def from_arrays(X, y, *, feature_names: Sequence[str] | None = None, target_name
     if not (isinstance(test_size, (int, float)) and 0 <= test_size < 1):
         raise ValueError(f"test_size must be a fraction in [0, 1), got {test_size!r}")
     if task == "classification" and len(np.unique(y)) < 2:
-        raise ValueError(f"y holds a single class ({np.unique(y)[0]!r}); classification needs at least two")
+        raise ValueError(f"y holds only one class ({np.unique(y)[0]!r}); classification needs at least two")
     if test_size == 0:
         split = X, X[:0], y, y[:0]
     else:

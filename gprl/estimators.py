@@ -112,8 +112,10 @@ class _SymbolicBase(BaseEstimator):
         w = np.asarray(sample_weight, dtype=np.float64)
         if w.shape != (n,):
             raise ValueError(f"sample_weight must have shape ({n},) like X's rows, got {w.shape}")
-        if not np.isfinite(w).all() or (w < 0).any() or not w.sum() > 0:
-            raise ValueError("sample_weight must be finite, >= 0 and not all 0")
+        if not np.isfinite(w).all() or (w < 0).any():
+            raise ValueError("sample_weight must be finite and >= 0")
+        if not w.sum() > 0:
+            raise ValueError("sample_weight is all zero; give at least one row a positive weight")
         return w
 
     def _names(self) -> list[str]:
@@ -297,6 +299,12 @@ class SymbolicRegressor(RegressorMixin, _SymbolicBase):
         return out if self._multi_target else out[:, 0]
 
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True  # multi-target y via multi-output trees
+        return tags
+
+
 class SymbolicClassifier(ClassifierMixin, _SymbolicBase):
     __doc__ = ("Symbolic classification by GPU tree GP: one tree output per class (softmax), or one output and a "
                "sigmoid for two classes; any label type.\n" + _DOC_PARAMS)
@@ -323,9 +331,14 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicBase):
     def fit(self, X, y, sample_weight=None) -> SymbolicClassifier:
         X = self._check_X(X, fitting=True)
         y = check_targets(y, X.shape[0], "classification")
+        from sklearn.utils.multiclass import type_of_target
+
+        if type_of_target(y) == "continuous":
+            raise ValueError("Unknown label type: continuous. y holds continuous values; a classifier needs "
+                             "class labels (use SymbolicRegressor for a numeric target)")
         self.classes_, codes = np.unique(y, return_inverse=True)
         if len(self.classes_) < 2:
-            raise ValueError(f"y holds a single class ({self.classes_[0]!r}); a classifier needs at least two")
+            raise ValueError(f"y holds only one class ({self.classes_[0]!r}); a classifier needs at least two")
         w = self._check_weight(sample_weight, X.shape[0])
         K = len(self.classes_)
         return self._fit(X, codes.ravel(), w, lambda X, y, w, dev: ClassificationObjective(
