@@ -3,7 +3,6 @@
 from . import datasets, feynman, functions, objectives, selection, variation
 from .algorithm import GeneticProgramming, ParetoArchive
 from .dataset import Dataset
-from .estimators import SymbolicClassifier, SymbolicRegressor
 from .objectives import ClassificationObjective, RegressionObjective
 from .population import Population
 from .variation import (
@@ -31,3 +30,13 @@ __all__ = [
     "selection", "subtree_exchange", "subtree_mutation", "variation", "vary",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # the estimators need scikit-learn (the "sr" extra): imported on first use so `import gprl` works without it
+    if name in ("SymbolicRegressor", "SymbolicClassifier", "estimators"):
+        import importlib
+
+        estimators = importlib.import_module(".estimators", __name__)  # `from . import` would recurse here
+        return estimators if name == "estimators" else getattr(estimators, name)
+    raise AttributeError(f"module 'gprl' has no attribute {name!r}")

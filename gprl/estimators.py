@@ -27,8 +27,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import sympy
 import torch
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
-from sklearn.utils.validation import check_is_fitted
+
+try:
+    from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+    from sklearn.utils.validation import check_is_fitted
+except ImportError as err:  # an optional extra
+    raise ImportError("gprl's SymbolicRegressor/SymbolicClassifier need scikit-learn and pandas: "
+                      "pip install 'gprl[sr]'") from err
 
 from . import functions as F
 from .algorithm import GeneticProgramming
