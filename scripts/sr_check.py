@@ -73,7 +73,7 @@ def main() -> None:
     p.add_argument("--feynman-seconds", type=float, default=150.0)
     p.add_argument("--cls-population", type=int, default=5000)
     p.add_argument("--cls-generations", type=int, default=200)
-    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--seeds", type=int, default=5)
     args = p.parse_args()
     args.device = str(resolve_device(args.device))
     result = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
