@@ -58,6 +58,8 @@ class pdiv(_RealFunction):
 
     @classmethod
     def eval(cls, a, b):
+        if b.is_zero:  # exact even for a symbolic a: the kernels return 1 wherever |b| < EPS
+            return sympy.Integer(1)
         if a.is_Number and b.is_Number:
             return sympy.Integer(1) if abs(b) < EPS else a / b
         return None
@@ -74,6 +76,8 @@ class pinv(_RealFunction):
 
     @classmethod
     def eval(cls, a):
+        if a.is_zero:
+            return sympy.Integer(1)
         if a.is_Number:
             return sympy.Integer(1) if abs(a) < EPS else 1 / a
         return None
@@ -89,6 +93,8 @@ class plog(_RealFunction):
 
     @classmethod
     def eval(cls, a):
+        if a.is_zero:
+            return sympy.Integer(0)
         if a.is_Number:
             return sympy.Integer(0) if abs(a) < EPS else sympy.log(abs(a))
         return None
