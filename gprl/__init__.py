@@ -1,8 +1,9 @@
 """gprl: GPU tree genetic programming for interpretable control policies, regression and classification."""
 
-from . import functions, selection, variation
+from . import datasets, feynman, functions, objectives, selection, variation
 from .algorithm import GeneticProgramming, ParetoArchive
 from .dataset import Dataset
+from .objectives import ClassificationObjective, RegressionObjective
 from .population import Population
 from .variation import (
     OPS,
@@ -22,9 +23,20 @@ from .variation import (
 )
 
 __all__ = [
-    "OPS", "Dataset", "GeneticProgramming", "ParetoArchive", "Population", "VariationParams", "constant_mutation",
-    "crossover", "delete_mutation", "functions", "hoist_mutation", "insert_mutation", "multi_constant_mutation",
-    "multi_point_mutation", "output_mutation", "point_mutation", "selection", "subtree_exchange",
-    "subtree_mutation", "variation", "vary",
+    "OPS", "ClassificationObjective", "Dataset", "GeneticProgramming", "ParetoArchive", "Population",
+    "RegressionObjective", "SymbolicClassifier", "SymbolicRegressor", "VariationParams", "constant_mutation",
+    "crossover", "datasets", "delete_mutation", "feynman", "functions", "hoist_mutation", "insert_mutation",
+    "multi_constant_mutation", "multi_point_mutation", "objectives", "output_mutation", "point_mutation",
+    "selection", "subtree_exchange", "subtree_mutation", "variation", "vary",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # the estimators need scikit-learn (the "sr" extra): imported on first use so `import gprl` works without it
+    if name in ("SymbolicRegressor", "SymbolicClassifier", "estimators"):
+        import importlib
+
+        estimators = importlib.import_module(".estimators", __name__)  # `from . import` would recurse here
+        return estimators if name == "estimators" else getattr(estimators, name)
+    raise AttributeError(f"module 'gprl' has no attribute {name!r}")

@@ -22,8 +22,8 @@ pow        2      |a| ** b                                     Abs(a)**b
 max, min   2      max(a, b), min(a, b)                         Max(a, b), Min(a, b)
 tanh       1      tanh a                                       tanh(a)
 sigmoid    1      1 / (1 + e**-a)                              1/(1 + exp(-a))
-lt, gt     2      +1 if a < b (a > b) else -1                  Piecewise((1, a < b), (-1, True))
-if         3      b if a > 0 else c                            Piecewise((b, a > 0), (c, True))
+lt, gt     2      +1 if a < b (a > b) else -1                  lt(a, b), gt(a, b)
+if         3      b if a > 0 else c                            ifpos(a, b, c)
 =========  =====  ==========================================  =====================================
 
 Every result that overflows to +-inf saturates at +-BOUND (float32's largest finite value); NaN arises only
@@ -58,6 +58,8 @@ class pdiv(_RealFunction):
 
     @classmethod
     def eval(cls, a, b):
+        if b.is_zero:  # exact even for a symbolic a: the kernels return 1 wherever |b| < EPS
+            return sympy.Integer(1)
         if a.is_Number and b.is_Number:
             return sympy.Integer(1) if abs(b) < EPS else a / b
         return None
@@ -74,6 +76,8 @@ class pinv(_RealFunction):
 
     @classmethod
     def eval(cls, a):
+        if a.is_zero:
+            return sympy.Integer(1)
         if a.is_Number:
             return sympy.Integer(1) if abs(a) < EPS else 1 / a
         return None
@@ -89,12 +93,62 @@ class plog(_RealFunction):
 
     @classmethod
     def eval(cls, a):
+        if a.is_zero:
+            return sympy.Integer(0)
         if a.is_Number:
             return sympy.Integer(0) if abs(a) < EPS else sympy.log(abs(a))
         return None
 
     def _latex(self, printer):
         return rf"\ln\left|{printer._print(self.args[0])}\right|"
+
+
+class lt(_RealFunction):
+    """+1 where a < b, else -1 (a function, not a Piecewise: sympy folds nested Piecewise conditions)."""
+
+    nargs = 2
+
+    @classmethod
+    def eval(cls, a, b):
+        if a.is_Number and b.is_Number:
+            return sympy.Integer(1 if a < b else -1)
+        return None
+
+    def _latex(self, printer):
+        a, b = (printer._print(x) for x in self.args)
+        return rf"\operatorname{{sign}}_{{<}}\left({a}, {b}\right)"
+
+
+class gt(_RealFunction):
+    """+1 where a > b, else -1."""
+
+    nargs = 2
+
+    @classmethod
+    def eval(cls, a, b):
+        if a.is_Number and b.is_Number:
+            return sympy.Integer(1 if a > b else -1)
+        return None
+
+    def _latex(self, printer):
+        a, b = (printer._print(x) for x in self.args)
+        return rf"\operatorname{{sign}}_{{>}}\left({a}, {b}\right)"
+
+
+class ifpos(_RealFunction):
+    """b where a > 0, else c."""
+
+    nargs = 3
+
+    @classmethod
+    def eval(cls, a, b, c):
+        if a.is_Number:
+            return b if a > 0 else c
+        return None
+
+    def _latex(self, printer):
+        a, b, c = (printer._print(x) for x in self.args)
+        return rf"\begin{{cases}} {b} & {a} > 0 \\ {c} & \text{{otherwise}} \end{{cases}}"
 
 
 def _np_pdiv(a, b):
@@ -114,8 +168,13 @@ def _np_plog(a):
 
 
 # Names lambdify needs beyond NumPy's own: pass ``modules=[NUMPY_FUNCTIONS, "numpy"]``.
-NUMPY_FUNCTIONS: dict[str, Callable] = {"pdiv": _np_pdiv, "pinv": _np_pinv, "plog": _np_plog}
-SYMPY_FUNCTIONS: dict[str, type] = {"pdiv": pdiv, "pinv": pinv, "plog": plog}
+NUMPY_FUNCTIONS: dict[str, Callable] = {
+    "pdiv": _np_pdiv, "pinv": _np_pinv, "plog": _np_plog,
+    "lt": lambda a, b: np.where(np.less(a, b), 1.0, -1.0),
+    "gt": lambda a, b: np.where(np.greater(a, b), 1.0, -1.0),
+    "ifpos": lambda a, b, c: np.where(np.greater(a, 0), b, c),
+}
+SYMPY_FUNCTIONS: dict[str, type] = {"pdiv": pdiv, "pinv": pinv, "plog": plog, "lt": lt, "gt": gt, "ifpos": ifpos}
 
 
 def _np_clip(v):
@@ -165,12 +224,9 @@ FUNCTIONS: tuple[Function, ...] = (
     Function("min", 15, 2, sympy.Min, np.fmin),
     Function("tanh", 16, 1, sympy.tanh, np.tanh),
     Function("sigmoid", 17, 1, lambda a: 1 / (1 + sympy.exp(-a)), _sigmoid_np),
-    Function("lt", 18, 2, lambda a, b: sympy.Piecewise((1, a < b), (-1, True)),
-             lambda a, b: np.where(a < b, 1.0, -1.0)),
-    Function("gt", 19, 2, lambda a, b: sympy.Piecewise((1, a > b), (-1, True)),
-             lambda a, b: np.where(a > b, 1.0, -1.0)),
-    Function("if", 20, 3, lambda a, b, c: sympy.Piecewise((b, a > 0), (c, True)),
-             lambda a, b, c: np.where(a > 0, b, c)),
+    Function("lt", 18, 2, lt, NUMPY_FUNCTIONS["lt"]),
+    Function("gt", 19, 2, gt, NUMPY_FUNCTIONS["gt"]),
+    Function("if", 20, 3, ifpos, NUMPY_FUNCTIONS["ifpos"]),
 )
 BY_NAME: dict[str, Function] = {f.name: f for f in FUNCTIONS}
 NUM_FUNCTIONS = len(FUNCTIONS)

@@ -449,9 +449,12 @@ def _variable_names(names, n_in: int) -> list[str]:
 
 
 def unprotect(expr: sympy.Expr) -> sympy.Expr:
-    """Plain reading form: protected division/inverse/log shown as ordinary ones."""
-    return expr.replace(F.pdiv, lambda a, b: a / b).replace(F.pinv, lambda a: 1 / a).replace(
-        F.plog, lambda a: sympy.log(sympy.Abs(a)))
+    """Plain reading form: protected division/inverse/log shown as ordinary ones, comparisons as Piecewise."""
+    return (expr.replace(F.pdiv, lambda a, b: a / b).replace(F.pinv, lambda a: 1 / a)
+            .replace(F.plog, lambda a: sympy.log(sympy.Abs(a)))
+            .replace(F.lt, lambda a, b: sympy.Piecewise((1, a < b), (-1, True)))
+            .replace(F.gt, lambda a, b: sympy.Piecewise((1, a > b), (-1, True)))
+            .replace(F.ifpos, lambda a, b, c: sympy.Piecewise((b, a > 0), (c, True))))
 
 
 def _parse(e, names) -> sympy.Expr:
@@ -538,6 +541,10 @@ def _encode(e: sympy.Expr, index: dict[str, int]) -> list[Node]:
         if ex.is_Integer and ex < 0:
             return _fn("inv", enc(base ** (-ex)))
         return _fn("pow", enc(_strip_abs(base)), enc(ex))
+    if isinstance(e, sympy.re):  # tree values are real: re(v) = v, im(v) = 0
+        return enc(e.args[0])
+    if isinstance(e, sympy.im):
+        return [(CONST, 0, 0, 0.0)]
     unary = {sympy.sin: "sin", sympy.cos: "cos", sympy.tan: "tan", sympy.exp: "exp", sympy.tanh: "tanh",
              sympy.Abs: "abs", sympy.log: "log", F.plog: "log", F.pinv: "inv"}
     if e.func in unary:
@@ -545,8 +552,9 @@ def _encode(e: sympy.Expr, index: dict[str, int]) -> list[Node]:
         if e.func in (sympy.log, F.plog):
             arg = _strip_abs(arg)
         return _fn(unary[e.func], enc(arg))
-    if e.func is F.pdiv:
-        return _fn("div", enc(e.args[0]), enc(e.args[1]))
+    named = {F.pdiv: "div", F.lt: "lt", F.gt: "gt", F.ifpos: "if"}
+    if e.func in named:
+        return _fn(named[e.func], *(enc(a) for a in e.args))
     if isinstance(e, (sympy.Max, sympy.Min)):
         return _chain("max" if isinstance(e, sympy.Max) else "min", [enc(a) for a in e.args])
     if isinstance(e, sympy.Piecewise) and len(e.args) == 2 and e.args[1].cond == sympy.true:

@@ -128,19 +128,9 @@ at::Tensor forward_batched_cpu(const at::Tensor& kind, const at::Tensor& code, c
 at::Tensor fitness_cpu(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,
                        const at::Tensor& size, const at::Tensor& Xt, const at::Tensor& yt,
                        const std::optional<at::Tensor>& weight, int64_t metric, int64_t max_stack) {
-  check_population(kind, code, out, value, size);
-  check_data(Xt, kind, "Xt");
-  check_data(yt, kind, "yt");
-  TORCH_CHECK(Xt.dim() == 2 && yt.dim() == 2 && yt.size(1) == Xt.size(1), "gprl: Xt must be [n_in, D], yt [n_out, D]");
-  TORCH_CHECK(metric >= MSE && metric <= RMSE, "gprl: metric must be 0 (MSE), 1 (MAE) or 2 (RMSE)");
+  at::Tensor w = check_fitness_args(kind, code, out, value, size, Xt, yt, weight, metric);
   int64_t P = kind.size(0), n_in = Xt.size(0), D = Xt.size(1), n_out = yt.size(0);
   at::Tensor xc = Xt.contiguous(), yc = yt.contiguous();
-  at::Tensor w;
-  if (weight.has_value()) {
-    check_data(*weight, kind, "weight");
-    TORCH_CHECK(weight->numel() == D, "gprl: weight must be [D]");
-    w = weight->contiguous();
-  }
   const float *xp = xc.data_ptr<float>(), *yp = yc.data_ptr<float>();
   const float* wp = w.defined() ? w.data_ptr<float>() : nullptr;
   // Fixed blocks of rows with one partial sum each, summed in order: the result does not depend on threads.

@@ -2,26 +2,15 @@
 #include <ATen/Parallel.h>
 
 #include "ops.h"
-#include "trees.h"
 
 namespace gprl {
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> generate_cpu(
-    const at::Tensor& weights, int64_t pop_size, int64_t max_len, int64_t n_in, int64_t n_out, int64_t method,
-    int64_t min_depth, int64_t max_depth, double leaf_prob, double const_prob, double const_low,
-    double const_high, double output_prob, int64_t seed) {
-  TORCH_CHECK(weights.numel() == NUM_FUNCTIONS && weights.scalar_type() == at::kFloat,
-              "gprl: function weights must be float32 [", int(NUM_FUNCTIONS), "]");
-  TORCH_CHECK(max_depth <= MAX_GEN_DEPTH, "gprl: max_depth must be <= ", MAX_GEN_DEPTH);
-  auto opts = weights.options();
-  at::Tensor kind = at::empty({pop_size, max_len}, opts.dtype(at::kByte));
-  at::Tensor code = at::empty({pop_size, max_len}, opts.dtype(at::kShort));
-  at::Tensor out = at::empty({pop_size, max_len}, opts.dtype(at::kByte));
-  at::Tensor value = at::empty({pop_size, max_len}, opts.dtype(at::kFloat));
-  at::Tensor size = at::empty({pop_size, max_len}, opts.dtype(at::kShort));
-  GenParams g{int(max_len), int(n_in), int(n_out), int(method), int(min_depth), int(max_depth),
-              float(leaf_prob), float(const_prob), float(const_low), float(const_high), float(output_prob),
-              uint64_t(seed)};
+Pop5 generate_cpu(const at::Tensor& weights, int64_t pop_size, int64_t max_len, int64_t n_in, int64_t n_out,
+                  int64_t method, int64_t min_depth, int64_t max_depth, double leaf_prob, double const_prob,
+                  double const_low, double const_high, double output_prob, int64_t seed) {
+  GenParams g = generate_params(weights, max_len, n_in, n_out, method, min_depth, max_depth, leaf_prob, const_prob,
+                                const_low, const_high, output_prob, seed);
+  auto [kind, code, out, value, size] = empty_population(weights.options(), pop_size, max_len);
   at::Tensor w = weights.contiguous();
   const float* wp = w.data_ptr<float>();
   uint8_t *kp = kind.data_ptr<uint8_t>(), *op = out.data_ptr<uint8_t>();

@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include "trees.h"
+
 namespace gprl {
 
 enum Metric : int64_t { MSE = 0, MAE = 1, RMSE = 2 };
@@ -25,6 +27,42 @@ inline void check_population(const at::Tensor& kind, const at::Tensor& code, con
 inline void check_data(const at::Tensor& t, const at::Tensor& like, const char* name) {
   TORCH_CHECK(t.scalar_type() == at::kFloat, "gprl: ", name, " must be float32");
   TORCH_CHECK(t.device() == like.device(), "gprl: ", name, " must be on the population's device");
+}
+
+// The arguments of `fitness`, checked; returns the row weights (undefined when none were given).
+inline at::Tensor check_fitness_args(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out,
+                                     const at::Tensor& value, const at::Tensor& size, const at::Tensor& Xt,
+                                     const at::Tensor& yt, const std::optional<at::Tensor>& weight, int64_t metric) {
+  check_population(kind, code, out, value, size);
+  check_data(Xt, kind, "Xt");
+  check_data(yt, kind, "yt");
+  TORCH_CHECK(Xt.dim() == 2 && yt.dim() == 2 && yt.size(1) == Xt.size(1), "gprl: Xt must be [n_in, D], yt [n_out, D]");
+  TORCH_CHECK(metric >= MSE && metric <= RMSE, "gprl: metric must be 0 (MSE), 1 (MAE) or 2 (RMSE)");
+  if (!weight.has_value()) return at::Tensor();
+  check_data(*weight, kind, "weight");
+  TORCH_CHECK(weight->numel() == Xt.size(1), "gprl: weight must be [D]");
+  return weight->contiguous();
+}
+
+// The arguments of `generate`, checked and packed for the per-tree generator.
+inline GenParams generate_params(const at::Tensor& weights, int64_t max_len, int64_t n_in, int64_t n_out,
+                                 int64_t method, int64_t min_depth, int64_t max_depth, double leaf_prob,
+                                 double const_prob, double const_low, double const_high, double output_prob,
+                                 int64_t seed) {
+  TORCH_CHECK(weights.numel() == NUM_FUNCTIONS && weights.scalar_type() == at::kFloat,
+              "gprl: function weights must be float32 [", int(NUM_FUNCTIONS), "]");
+  TORCH_CHECK(max_depth <= MAX_GEN_DEPTH, "gprl: max_depth must be <= ", MAX_GEN_DEPTH);
+  return {int(max_len), int(n_in), int(n_out), int(method), int(min_depth), int(max_depth), float(leaf_prob),
+          float(const_prob), float(const_low), float(const_high), float(output_prob), uint64_t(seed)};
+}
+
+using Pop5 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+// Uninitialised population tensors (kind, code, out, value, size) of shape [P, L].
+inline Pop5 empty_population(const at::TensorOptions& o, int64_t P, int64_t L) {
+  return {at::empty({P, L}, o.dtype(at::kByte)), at::empty({P, L}, o.dtype(at::kShort)),
+          at::empty({P, L}, o.dtype(at::kByte)), at::empty({P, L}, o.dtype(at::kFloat)),
+          at::empty({P, L}, o.dtype(at::kShort))};
 }
 
 }  // namespace gprl

@@ -54,24 +54,14 @@ __global__ void validate_kernel(const uint8_t* kind, const int16_t* code, const 
 
 int blocks_for(int64_t n, int threads) { return int((n + threads - 1) / threads); }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> generate_cuda(
-    const at::Tensor& weights, int64_t pop_size, int64_t max_len, int64_t n_in, int64_t n_out, int64_t method,
-    int64_t min_depth, int64_t max_depth, double leaf_prob, double const_prob, double const_low,
-    double const_high, double output_prob, int64_t seed) {
-  TORCH_CHECK(weights.numel() == NUM_FUNCTIONS && weights.scalar_type() == at::kFloat,
-              "gprl: function weights must be float32 [", int(NUM_FUNCTIONS), "]");
-  TORCH_CHECK(max_depth <= MAX_GEN_DEPTH, "gprl: max_depth must be <= ", MAX_GEN_DEPTH);
+Pop5 generate_cuda(const at::Tensor& weights, int64_t pop_size, int64_t max_len, int64_t n_in, int64_t n_out,
+                   int64_t method, int64_t min_depth, int64_t max_depth, double leaf_prob, double const_prob,
+                   double const_low, double const_high, double output_prob, int64_t seed) {
+  GenParams g = generate_params(weights, max_len, n_in, n_out, method, min_depth, max_depth, leaf_prob, const_prob,
+                                const_low, const_high, output_prob, seed);
   c10::cuda::CUDAGuard guard(weights.device());
-  auto opts = weights.options();
-  at::Tensor kind = at::empty({pop_size, max_len}, opts.dtype(at::kByte));
-  at::Tensor code = at::empty({pop_size, max_len}, opts.dtype(at::kShort));
-  at::Tensor out = at::empty({pop_size, max_len}, opts.dtype(at::kByte));
-  at::Tensor value = at::empty({pop_size, max_len}, opts.dtype(at::kFloat));
-  at::Tensor size = at::empty({pop_size, max_len}, opts.dtype(at::kShort));
+  auto [kind, code, out, value, size] = empty_population(weights.options(), pop_size, max_len);
   if (pop_size == 0) return {kind, code, out, value, size};
-  GenParams g{int(max_len), int(n_in), int(n_out), int(method), int(min_depth), int(max_depth),
-              float(leaf_prob), float(const_prob), float(const_low), float(const_high), float(output_prob),
-              uint64_t(seed)};
   at::Tensor w = weights.contiguous();
   constexpr int T = 128;
   generate_kernel<<<blocks_for(pop_size, T), T, 0, stream()>>>(
@@ -308,23 +298,52 @@ __global__ void finish_loss_kernel(const double* partial, int64_t P, int64_t nse
   result[p] = float(total / n_out);
 }
 
-// One warp per single-output tree, looping over all D rows; the tree is read from global memory (every
-// lane reads the same node: one broadcast transaction) and the loss is reduced with shuffles in fixed order.
-template <int R, int STACK>
+// Copies tree p into a warp's slice of shared memory (layout as stage_tree) with the warp's lanes.
+__device__ Tree stage_tree_warp(const uint8_t* kind, const int16_t* code, const uint8_t* out, const float* value,
+                                const int16_t* size, int64_t p, int L, char* buf, int lane) {
+  float* s_value = reinterpret_cast<float*>(buf);
+  int16_t* s_code = reinterpret_cast<int16_t*>(buf + 4 * L);
+  uint8_t* s_kind = reinterpret_cast<uint8_t*>(buf + 6 * L);
+  uint8_t* s_out = s_kind + L;
+  const int64_t o = p * L;
+  const int len = size[o];
+  for (int i = lane; i < len; i += WARP) {
+    s_value[i] = value[o + i];
+    s_code[i] = code[o + i];
+    s_kind[i] = kind[o + i];
+    s_out[i] = out[o + i];
+  }
+  __syncwarp();
+  return {s_kind, s_code, s_out, s_value, len};
+}
+
+// One warp per single-output tree, looping over all D rows. The tree is staged in shared memory with one
+// coalesced copy and, when it fits, so is the whole dataset (shared by the block's warps): the node loop is
+// a chain of dependent loads, cheap from shared memory and slow from global memory. The loss is reduced
+// with shuffles in a fixed order.
+template <int R, int STACK, bool X_IN_SMEM>
 __global__ void fitness_warp_kernel(const uint8_t* kind, const int16_t* code, const uint8_t* out,
                                     const float* value, const int16_t* size, int L, int64_t P, const float* X,
                                     const float* Yt, const float* W, int64_t D, int n_in, int metric,
                                     const double* wsum, float* result) {
-  const int64_t p = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / WARP;
-  const int lane = threadIdx.x % WARP;
-  if (p >= P) return;  // whole warps leave together
-  const int64_t o = p * L;
-  const Tree t{kind + o, code + o, out + o, value + o, int(size[o])};
+  extern __shared__ __align__(16) char smem[];
+  const size_t x_bytes = X_IN_SMEM ? (size_t(n_in) * D * 4 + 15) / 16 * 16 : 0;
+  const float* x = X;
+  if (X_IN_SMEM) {
+    float* xs = reinterpret_cast<float*>(smem);
+    for (int64_t i = threadIdx.x; i < int64_t(n_in) * D; i += blockDim.x) xs[i] = X[i];
+    __syncthreads();
+    x = xs;
+  }
+  const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+  const int64_t p = int64_t(blockIdx.x) * (blockDim.x / WARP) + warp;
+  if (p >= P) return;  // whole warps leave together, after the block's barrier
+  const Tree t = stage_tree_warp(kind, code, out, value, size, p, L, smem + x_bytes + warp * tree_smem_bytes(L), lane);
   double s = 0.0;
   bool ok = true;
   for (int64_t base = lane; base < D && ok; base += int64_t(WARP) * R) {
     auto row = [&](int r) { return base + int64_t(r) * WARP; };
-    auto load = [&](int v, int r) { return row(r) < D ? X[int64_t(v) * D + row(r)] : 0.f; };
+    auto load = [&](int v, int r) { return row(r) < D ? x[int64_t(v) * D + row(r)] : 0.f; };
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = 0.f;
@@ -338,7 +357,7 @@ __global__ void fitness_warp_kernel(const uint8_t* kind, const int16_t* code, co
       s += W ? W[row(r)] * l : l;
     }
   }
-  // lanes whose first row is past D skipped the loop; every lane of the warp must join the reduction
+  // lanes whose first row is past D skipped the loop; every lane of the warp joins the reduction
   if (!ok) s = NAN;
 #pragma unroll
   for (int off = WARP / 2; off > 0; off /= 2) s += __shfl_down_sync(0xffffffffu, s, off);
@@ -436,24 +455,15 @@ at::Tensor forward_batched_cuda(const at::Tensor& kind, const at::Tensor& code, 
 at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,
                         const at::Tensor& size, const at::Tensor& Xt, const at::Tensor& yt,
                         const std::optional<at::Tensor>& weight, int64_t metric, int64_t max_stack) {
-  check_population(kind, code, out, value, size);
-  check_data(Xt, kind, "Xt");
-  check_data(yt, kind, "yt");
-  TORCH_CHECK(Xt.dim() == 2 && yt.dim() == 2 && yt.size(1) == Xt.size(1), "gprl: Xt must be [n_in, D], yt [n_out, D]");
-  TORCH_CHECK(metric >= MSE && metric <= RMSE, "gprl: metric must be 0 (MSE), 1 (MAE) or 2 (RMSE)");
+  at::Tensor w = check_fitness_args(kind, code, out, value, size, Xt, yt, weight, metric);
   c10::cuda::CUDAGuard guard(kind.device());
   const int64_t P = kind.size(0), L = kind.size(1), D = Xt.size(1), n_out = yt.size(0);
   at::Tensor result = at::empty({P}, Xt.options());
   if (P == 0) return result;
   TORCH_CHECK(D > 0 && L > 0, "gprl: fitness needs at least one row and max_len >= 1");
   at::Tensor xc = Xt.contiguous(), yc = yt.contiguous();
-  at::Tensor w, wsum;
-  if (weight.has_value()) {
-    check_data(*weight, kind, "weight");
-    TORCH_CHECK(weight->numel() == D, "gprl: weight must be [D]");
-    w = weight->contiguous();
-    wsum = w.to(at::kDouble).sum();  // stays on the device: no host sync
-  }
+  at::Tensor wsum;
+  if (w.defined()) wsum = w.to(at::kDouble).sum();  // stays on the device: no host sync
   const float* wp = w.defined() ? w.data_ptr<float>() : nullptr;
   const double* wsum_p = wsum.defined() ? wsum.data_ptr<double>() : nullptr;
   const int n_in = int(xc.size(0));
@@ -461,14 +471,24 @@ at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at
   // Small single-output datasets: one warp per tree over all rows, no staging, no second pass.
   if (n_out == 1 && D <= 1024 && (P >= 2048 || D <= 64)) {
     const int rows = D <= WARP ? 1 : (D <= 2 * WARP ? 2 : 4);
+    constexpr int WARPS = 4;
+    const size_t x_bytes = (size_t(n_in) * D * 4 + 15) / 16 * 16;
+    // Few blocks: stage the data once per block (the first touch of each row is a long global load). Many
+    // blocks: every block restaging it costs more than L1, which the block's warps share, saves.
+    const bool x_in_smem = x_bytes <= 32 * 1024 && P <= 1024;
+    const size_t smem = (x_in_smem ? x_bytes : 0) + WARPS * tree_smem_bytes(L);
     with_stack(max_stack, rows, [&](auto r_, auto s_) {
       constexpr int R = decltype(r_)::value, S = decltype(s_)::value;
-      constexpr int T = 128;
-      fitness_warp_kernel<R, S><<<blocks_for(P * WARP, T), T, 0, stream()>>>(
-          kind.data_ptr<uint8_t>(), code.data_ptr<int16_t>(), out.data_ptr<uint8_t>(), value.data_ptr<float>(),
-          size.data_ptr<int16_t>(), int(L), P, xc.data_ptr<float>(), yc.data_ptr<float>(), wp, D, n_in,
-          int(metric), wsum_p, result.data_ptr<float>());
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      auto launch = [&](auto kernel) {
+        set_smem(reinterpret_cast<const void*>(kernel), smem);
+        kernel<<<blocks_for(P, WARPS), WARPS * WARP, smem, stream()>>>(
+            kind.data_ptr<uint8_t>(), code.data_ptr<int16_t>(), out.data_ptr<uint8_t>(), value.data_ptr<float>(),
+            size.data_ptr<int16_t>(), int(L), P, xc.data_ptr<float>(), yc.data_ptr<float>(), wp, D, n_in,
+            int(metric), wsum_p, result.data_ptr<float>());
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      };
+      if (x_in_smem) launch(fitness_warp_kernel<R, S, true>);
+      else launch(fitness_warp_kernel<R, S, false>);
     });
     return result;
   }

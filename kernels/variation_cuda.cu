@@ -13,7 +13,9 @@ namespace {
 constexpr int VARY_WARP = 32;
 constexpr int VARY_THREADS = 128;  // 4 children per block
 
-__global__ void vary_kernel(const uint8_t* kind, const int16_t* code, const uint8_t* out, const float* value,
+// 96 registers a thread (unbounded) held occupancy to 20 warps an SM and the kernel stalled on latency
+// (ncu, H100); capping at 64 registers lets 8 blocks of 4 warps run per SM.
+__global__ void __launch_bounds__(VARY_THREADS, 8) vary_kernel(const uint8_t* kind, const int16_t* code, const uint8_t* out, const float* value,
                             const int16_t* size, int64_t P, const uint8_t* dkind, const int16_t* dcode,
                             const uint8_t* dout, const float* dvalue, const int16_t* dsize, int64_t Q, int LD,
                             const int64_t* parent, const int64_t* donor, const int* op, const int* node,

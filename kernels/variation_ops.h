@@ -37,14 +37,6 @@ inline void check_vary_args(const at::Tensor& kind, const at::Tensor& dkind, con
   TORCH_CHECK(dkind.device() == kind.device(), "gprl: donors must be on the population's device");
 }
 
-using Pop5 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
-
-inline Pop5 empty_children(const at::Tensor& kind, int64_t N) {
-  int64_t L = kind.size(1);
-  auto o = kind.options();
-  return {at::empty({N, L}, o.dtype(at::kByte)), at::empty({N, L}, o.dtype(at::kShort)),
-          at::empty({N, L}, o.dtype(at::kByte)), at::empty({N, L}, o.dtype(at::kFloat)),
-          at::empty({N, L}, o.dtype(at::kShort))};
-}
+inline Pop5 empty_children(const at::Tensor& kind, int64_t N) { return empty_population(kind.options(), N, kind.size(1)); }
 
 }  // namespace gprl

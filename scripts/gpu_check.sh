@@ -16,6 +16,12 @@ start=$(date +%s)
 python3 -c "import gprl.ops, gprl._build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/build.log"
 echo "build seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/build.log"
 timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider "${@:-tests}" 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 30
+if [ -z "${SKIP_SANITIZER:-}" ]; then
+  for tool in memcheck racecheck; do
+    timeout 240 compute-sanitizer --tool $tool --print-limit 20 python3 scripts/sanitize_eval.py 2>&1 \
+      | tail -n 4 | sed "s/^/[$tool] /" | tee -a "$OUT/build.log"
+  done
+fi
 timeout 120 python3 scripts/bench_eval.py --device cuda > "$OUT/bench_eval_cuda.json" 2>> "$OUT/bench.err"
 timeout 60 python3 scripts/bench_variation.py --device cuda --sizes 1000 10000 100000 1000000 \
   > "$OUT/bench_variation_cuda.json" 2>> "$OUT/bench.err"

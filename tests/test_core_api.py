@@ -159,3 +159,9 @@ def test_bad_input_names_the_argument():
     if torch.cuda.is_available():
         with pytest.raises(ValueError, match="on cuda"):
             pop.forward(torch.zeros(3, 3, device="cuda"))
+
+
+def test_ten_bytes_per_node():
+    pop = Population.random(4, 2, max_len=512, seed=0)
+    assert sum(t.element_size() for t in pop.tensors()) == 10
+    assert sum(t.numel() * t.element_size() for t in pop.tensors()) == 4 * 512 * 10  # 1e6 x 512 nodes: 5.1 GB

@@ -1,0 +1,368 @@
+"""scikit-learn estimators: ``SymbolicRegressor`` and ``SymbolicClassifier``.
+
+    model = gprl.SymbolicRegressor(generations=100, random_state=0).fit(X, y)
+    model.sympy(), model.latex(), model.equations_      # the Pareto front: complexity, loss, score, equation
+    model.predict(X)
+
+Both evolve a population with :class:`gprl.GeneticProgramming` against an objective of ``gprl.objectives``
+entirely on the device (``device="auto"``: CUDA when available), keep the best tree of every length (the
+Pareto archive), and pick the final model from that front by ``model_selection``:
+
+* ``"accuracy"``: the lowest loss;
+* ``"best"`` (PySR's rule): among the equations with loss <= 1.5 x the lowest, the highest *score*, where
+  score is the drop in log-loss per unit of complexity from the next simpler equation on the front.
+
+Complexity is the number of tree nodes. With ``validation_fraction`` the front's losses (and the choice) are
+measured on held-out training rows. ``standardize=True`` evolves on z-scored features and folds the scaling
+into the exported formulas, so formulas always read in the raw units of ``X``. Multi-target ``y`` is fitted
+by multi-output trees (Modi nodes), one output per target; classifiers use one output per class (softmax) or
+a single output with a sigmoid for two classes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import sympy
+import torch
+
+try:
+    from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+    from sklearn.utils.validation import check_is_fitted
+except ImportError as err:  # an optional extra
+    raise ImportError("gprl's SymbolicRegressor/SymbolicClassifier need scikit-learn and pandas: "
+                      "pip install 'gprl[sr]'") from err
+
+from . import functions as F
+from .algorithm import GeneticProgramming
+from .datasets import check_features, check_targets
+from .objectives import ClassificationObjective, RegressionObjective
+from .population import Population, unprotect
+
+MODEL_SELECTIONS = ("best", "accuracy")
+
+
+def resolve_device(device) -> torch.device:
+    """``"auto"``: the current CUDA device when available, else the CPU."""
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} but CUDA is not available; use device='auto' or 'cpu'")
+    return dev
+
+
+def pareto_scores(complexity: np.ndarray, loss: np.ndarray) -> np.ndarray:
+    """PySR's score: -d log(loss) / d complexity against the previous (simpler) equation; 0 for the first."""
+    logl = np.log(np.maximum(np.asarray(loss, dtype=np.float64), np.finfo(np.float64).tiny))
+    score = np.zeros(len(loss))
+    score[1:] = -np.diff(logl) / np.maximum(np.diff(np.asarray(complexity, dtype=np.float64)), 1.0)
+    return score
+
+
+def select_model(complexity: np.ndarray, loss: np.ndarray, rule: str) -> int:
+    """Index of the chosen equation on a front sorted by complexity (see the module docstring)."""
+    loss = np.asarray(loss, dtype=np.float64)
+    finite = np.isfinite(loss)
+    if not finite.any():
+        return 0
+    best = float(np.min(loss[finite]))
+    if rule == "accuracy":
+        return int(np.flatnonzero(loss == best)[0])
+    score = pareto_scores(complexity, loss)
+    candidates = np.flatnonzero(finite & (loss <= 1.5 * best))
+    return int(candidates[np.argmax(score[candidates])])
+
+
+class _SymbolicBase(BaseEstimator):
+    """Shared fitting machinery; the subclasses define the parameters (sklearn reads them from __init__)."""
+
+    _task = "regression"
+
+    # ---- validation ----
+    def _validate_params(self) -> None:
+        for name in ("population_size", "generations"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.model_selection not in MODEL_SELECTIONS:
+            raise ValueError(f"model_selection must be one of {MODEL_SELECTIONS}, got {self.model_selection!r}")
+        if self.validation_fraction is not None and not (0 < float(self.validation_fraction) < 1):
+            raise ValueError(f"validation_fraction must be None or in (0, 1), got {self.validation_fraction!r}")
+        if self.time_limit is not None and not float(self.time_limit) > 0:
+            raise ValueError(f"time_limit must be None or seconds > 0, got {self.time_limit!r}")
+        if self.target_loss is not None and not np.isfinite(float(self.target_loss)):
+            raise ValueError(f"target_loss must be None or a finite number, got {self.target_loss!r}")
+        F.function_weights(self.functions)
+
+    def _check_X(self, X, fitting: bool) -> np.ndarray:
+        names = [str(c) for c in X.columns] if hasattr(X, "columns") else None
+        X = check_features(X, "X", names)
+        if fitting:
+            self.n_features_in_ = X.shape[1]
+            if names is not None:
+                self.feature_names_in_ = np.asarray(names, dtype=object)
+            elif hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+        elif X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input")
+        return X
+
+    def _check_weight(self, sample_weight, n: int) -> np.ndarray | None:
+        if sample_weight is None:
+            return None
+        w = np.asarray(sample_weight, dtype=np.float64)
+        if w.shape != (n,):
+            raise ValueError(f"sample_weight must have shape ({n},) like X's rows, got {w.shape}")
+        if not np.isfinite(w).all() or (w < 0).any():
+            raise ValueError("sample_weight must be finite and >= 0")
+        if not w.sum() > 0:
+            raise ValueError("sample_weight is all zero; give at least one row a positive weight")
+        return w
+
+    def _names(self) -> list[str]:
+        if hasattr(self, "feature_names_in_"):
+            return [str(n) for n in self.feature_names_in_]
+        return [f"x{k}" for k in range(self.n_features_in_)]
+
+    def _transform(self, X: np.ndarray) -> np.ndarray:
+        return (X - self._mean) / self._scale
+
+    # ---- the search ----
+    def _fit(self, X: np.ndarray, targets: np.ndarray, weight: np.ndarray | None, make_objective: Callable):
+        """Evolves on (X, targets); ``make_objective(X, targets, weight)`` builds an objective for a row subset."""
+        self._validate_params()
+        device = resolve_device(self.device)
+        seed = int(np.random.RandomState(self.random_state).randint(0, 2**31 - 1)) \
+            if not isinstance(self.random_state, (int, np.integer)) else int(self.random_state)
+        n = X.shape[0]
+        rows = np.arange(n)
+        val_rows = None
+        if self.validation_fraction is not None:
+            perm = np.random.default_rng(seed).permutation(n)
+            n_val = round(float(self.validation_fraction) * n)
+            if n_val < 1 or n - n_val < 1:
+                raise ValueError(f"validation_fraction={self.validation_fraction} leaves no rows for training "
+                                 f"or validation with {n} samples; use None or another fraction")
+            val_rows, rows = np.sort(perm[:n_val]), np.sort(perm[n_val:])
+        if self.standardize:
+            self._mean = X[rows].mean(axis=0)
+            sd = X[rows].std(axis=0)
+            self._scale = np.where(sd > 0, sd, 1.0)
+        else:
+            self._mean, self._scale = np.zeros(X.shape[1]), np.ones(X.shape[1])
+        Xs = self._transform(X)
+        sub = (lambda a, r: None if a is None else a[r])
+        train = make_objective(Xs[rows], targets[rows], sub(weight, rows), device)
+        gp = GeneticProgramming(
+            train.n_in, train.n_out, pop_size=int(self.population_size), max_len=self.max_len,
+            functions=list(self.functions), init_depth=tuple(self.init_depth), max_depth=self.max_depth,
+            tournament_size=self.tournament_size, elitism=self.elitism, parsimony=float(self.parsimony),
+            rates=self.rates, const_prob=self.const_prob, const_range=tuple(self.const_range), seed=seed,
+            device=device)
+        start = time.monotonic()
+        pop = gp.init()
+        watch = self.target_loss is not None or self.verbose or self.callback is not None
+        self.n_generations_ = 0
+        for g in range(int(self.generations) + 1):
+            loss = train(pop)
+            if g == int(self.generations):  # the last population is evaluated and archived, not varied
+                gp.archive.update(pop, loss)
+                break
+            if watch:
+                best = float(loss.min())  # the one host sync of a watched generation
+                if self.verbose:
+                    print(f"generation {g}: best loss {best:.6g} ({time.monotonic() - start:.1f} s)")
+                if self.callback is not None:
+                    self.callback({"generation": g, "best_loss": best, "seconds": time.monotonic() - start})
+                if self.target_loss is not None and best <= float(self.target_loss):
+                    gp.archive.update(pop, loss)
+                    break
+            if self.time_limit is not None and time.monotonic() - start > float(self.time_limit):
+                gp.archive.update(pop, loss)
+                break
+            pop = gp.step(pop, loss)
+            self.n_generations_ = g + 1
+        self.fit_seconds_ = time.monotonic() - start
+        lengths, losses, trees = gp.archive.front()
+        train_loss = losses.cpu().numpy().astype(np.float64)
+        if val_rows is not None:
+            val = make_objective(Xs[val_rows], targets[val_rows], sub(weight, val_rows), device)
+            loss_used = val(trees).cpu().numpy().astype(np.float64)
+        else:
+            loss_used = train_loss
+        self._front = trees.to("cpu")
+        complexity = lengths.cpu().numpy()
+        self.best_index_ = select_model(complexity, loss_used, self.model_selection)
+        self._tree = self._front[self.best_index_]
+        self.equations_ = self._table(complexity, loss_used, train_loss if val_rows is not None else None)
+        self.device_ = str(device)
+        return self
+
+    def _table(self, complexity, loss, train_loss):
+        import pandas as pd
+
+        exprs = [self._expressions(i, protected=False) for i in range(len(self._front))]
+        single = self._front.n_out == 1 and self._task == "regression" and not self._multi_target
+        cols = {"complexity": complexity.astype(int), "loss": loss, "score": pareto_scores(complexity, loss)}
+        if train_loss is not None:
+            cols["train_loss"] = train_loss
+        cols["equation"] = [str(e[0]) if single else "; ".join(map(str, e)) for e in exprs]
+        cols["sympy_format"] = [e[0] if single else e for e in exprs]
+        return pd.DataFrame(cols)
+
+    def _expressions(self, index: int, protected: bool) -> list[sympy.Expr]:
+        """The formulas of front tree ``index`` over the raw feature names (standardisation folded in)."""
+        names = self._names()
+        exprs = self._front.to_sympy(index, names=names, protected=True)
+        if self.standardize:
+            raw = [sympy.Symbol(n, real=True) for n in names]
+            sub = {s: (s - float(m)) / float(sc) for s, m, sc in zip(raw, self._mean, self._scale)}
+            exprs = [e.xreplace(sub) for e in exprs]
+        return exprs if protected else [unprotect(e) for e in exprs]
+
+    def _outputs(self, X, tree: Population | None = None) -> np.ndarray:
+        """Tree outputs ``[D, n_out]`` for raw X."""
+        check_is_fitted(self, "_tree")
+        X = self._transform(self._check_X(X, fitting=False)).astype(np.float32)
+        device = resolve_device(self.device)
+        tree = (self._tree if tree is None else tree).to(device)
+        return tree.forward(torch.from_numpy(X).to(device))[0].cpu().numpy().astype(np.float64)
+
+    def _pick(self, index: int | None) -> int:
+        check_is_fitted(self, "_tree")
+        if index is None:
+            return self.best_index_
+        if not -len(self._front) <= index < len(self._front):
+            raise IndexError(f"index {index} is out of range for equations_ with {len(self._front)} rows")
+        return int(index) % len(self._front)
+
+    def sympy(self, index: int | None = None, protected: bool = False):
+        """The chosen formula (or row ``index`` of ``equations_``) as sympy; a list for several outputs.
+
+        ``protected=True`` gives the exact kernel semantics (lambdify with
+        ``modules=[gprl.functions.NUMPY_FUNCTIONS, "numpy"]``), else the plain reading form."""
+        exprs = self._expressions(self._pick(index), protected)
+        return exprs[0] if len(exprs) == 1 else exprs
+
+    def latex(self, index: int | None = None) -> str | list[str]:
+        exprs = self._expressions(self._pick(index), protected=False)
+        out = [sympy.latex(e) for e in exprs]
+        return out[0] if len(out) == 1 else out
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = self.random_state is None
+        return tags
+
+
+_DOC_PARAMS = """
+    population_size, generations: the search budget (trees per generation, generations).
+    functions: the function set (``gprl.functions`` names). const_prob, const_range: constant leaves.
+    max_len, max_depth, init_depth: tree size bounds. tournament_size, elitism, rates: the GP's selection,
+    elites and operator mix (``gprl.GeneticProgramming``). parsimony: ``parsimony * length`` added to the
+    loss seen by selection. metric: the loss. model_selection: "best" or "accuracy". target_loss: stop early
+    once the best training loss is <= this. time_limit: stop after this many seconds. validation_fraction:
+    rows held out to measure the front and choose the model. standardize: z-score the features (folded into
+    the formulas). random_state: int for reproducible runs. device: "auto", "cpu", "cuda", ...
+    callback: called each generation with {"generation", "best_loss", "seconds"}. verbose: print progress.
+"""
+
+
+class SymbolicRegressor(RegressorMixin, _SymbolicBase):
+    __doc__ = "Symbolic regression by GPU tree GP (multi-target y via multi-output trees).\n" + _DOC_PARAMS
+
+    def __init__(self, *, population_size: int = 2000, generations: int = 100,
+                 functions: Sequence[str] = ("add", "sub", "mul", "div"), const_prob: float = 0.2,
+                 const_range: tuple[float, float] = (-1.0, 1.0), max_len: int = 64, max_depth: int = 17,
+                 init_depth: tuple[int, int] = (2, 6), tournament_size: int = 7, elitism: int = 1,
+                 rates: dict[str, float] | None = None, parsimony: float = 0.0, metric: str = "mse",
+                 model_selection: str = "best", target_loss: float | None = None, time_limit: float | None = None,
+                 validation_fraction: float | None = None, standardize: bool = False, random_state=None,
+                 device: str = "auto", callback: Callable | None = None, verbose: int = 0):
+        self.population_size, self.generations, self.functions = population_size, generations, functions
+        self.const_prob, self.const_range, self.max_len, self.max_depth = const_prob, const_range, max_len, max_depth
+        self.init_depth, self.tournament_size, self.elitism, self.rates = init_depth, tournament_size, elitism, rates
+        self.parsimony, self.metric, self.model_selection = parsimony, metric, model_selection
+        self.target_loss, self.time_limit, self.validation_fraction = target_loss, time_limit, validation_fraction
+        self.standardize, self.random_state, self.device = standardize, random_state, device
+        self.callback, self.verbose = callback, verbose
+
+    def fit(self, X, y, sample_weight=None) -> SymbolicRegressor:
+        X = self._check_X(X, fitting=True)
+        y = check_targets(y, X.shape[0], "regression")
+        self._multi_target = y.ndim == 2
+        self.n_targets_ = 1 if y.ndim == 1 else y.shape[1]
+        w = self._check_weight(sample_weight, X.shape[0])
+        return self._fit(X, y, w, lambda X, y, w, dev: RegressionObjective(X, y, w, metric=self.metric, device=dev))
+
+    def predict(self, X) -> np.ndarray:
+        out = self._outputs(X)
+        return out if self._multi_target else out[:, 0]
+
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True  # multi-target y via multi-output trees
+        return tags
+
+
+class SymbolicClassifier(ClassifierMixin, _SymbolicBase):
+    __doc__ = ("Symbolic classification by GPU tree GP: one tree output per class (softmax), or one output and a "
+               "sigmoid for two classes; any label type.\n" + _DOC_PARAMS)
+    _task = "classification"
+    _multi_target = False
+
+    def __init__(self, *, population_size: int = 2000, generations: int = 100,
+                 functions: Sequence[str] = ("add", "sub", "mul", "div"), const_prob: float = 0.2,
+                 const_range: tuple[float, float] = (-1.0, 1.0), max_len: int = 64, max_depth: int = 17,
+                 init_depth: tuple[int, int] = (2, 6), tournament_size: int = 7, elitism: int = 1,
+                 rates: dict[str, float] | None = None, parsimony: float = 0.0005, metric: str = "cross_entropy",
+                 model_selection: str = "accuracy", target_loss: float | None = None,
+                 time_limit: float | None = None, validation_fraction: float | None = None,
+                 standardize: bool = True, random_state=None, device: str = "auto",
+                 callback: Callable | None = None, verbose: int = 0):
+        self.population_size, self.generations, self.functions = population_size, generations, functions
+        self.const_prob, self.const_range, self.max_len, self.max_depth = const_prob, const_range, max_len, max_depth
+        self.init_depth, self.tournament_size, self.elitism, self.rates = init_depth, tournament_size, elitism, rates
+        self.parsimony, self.metric, self.model_selection = parsimony, metric, model_selection
+        self.target_loss, self.time_limit, self.validation_fraction = target_loss, time_limit, validation_fraction
+        self.standardize, self.random_state, self.device = standardize, random_state, device
+        self.callback, self.verbose = callback, verbose
+
+    def fit(self, X, y, sample_weight=None) -> SymbolicClassifier:
+        X = self._check_X(X, fitting=True)
+        y = check_targets(y, X.shape[0], "classification")
+        from sklearn.utils.multiclass import type_of_target
+
+        if type_of_target(y) == "continuous":
+            raise ValueError("Unknown label type: continuous. y holds continuous values; a classifier needs "
+                             "class labels (use SymbolicRegressor for a numeric target)")
+        self.classes_, codes = np.unique(y, return_inverse=True)
+        if len(self.classes_) < 2:
+            raise ValueError(f"y holds only one class ({self.classes_[0]!r}); a classifier needs at least two")
+        w = self._check_weight(sample_weight, X.shape[0])
+        K = len(self.classes_)
+        return self._fit(X, codes.ravel(), w, lambda X, y, w, dev: ClassificationObjective(
+            X, y, K, w, metric=self.metric, device=dev))
+
+    def decision_function(self, X) -> np.ndarray:
+        """The tree outputs: ``[D]`` logits of the second class for two classes, else ``[D, n_classes]``."""
+        out = self._outputs(X)
+        return out[:, 0] if len(self.classes_) == 2 else out
+
+    def predict_proba(self, X) -> np.ndarray:
+        z = self.decision_function(X)
+        if z.ndim == 1:
+            p = 1.0 / (1.0 + np.exp(-np.clip(z, -700, 700)))
+            return np.stack([1.0 - p, p], axis=1)
+        z = z - z.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        return e / e.sum(axis=1, keepdims=True)
+
+    def predict(self, X) -> np.ndarray:
+        z = self.decision_function(X)
+        return self.classes_[(z > 0).astype(int) if z.ndim == 1 else z.argmax(axis=1)]

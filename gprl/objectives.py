@@ -1,0 +1,101 @@
+"""Fitness of a population on a supervised dataset: regression losses and classification losses.
+
+An objective is built once per dataset (validated, laid out on the device) and then called once per
+generation with a :class:`Population`; it returns the loss of every tree, ``[P]`` float32 on the device,
+lower is better (``GeneticProgramming.step``'s convention), with no host sync.
+
+* :class:`RegressionObjective` uses the fused ``Population.fitness`` kernel (no ``[P, D]`` predictions).
+* :class:`ClassificationObjective` needs the outputs themselves: ``Population.forward`` in chunks of trees
+  (``[chunk, D, n_out]``), then softmax cross-entropy (sigmoid for a single output) or the error rate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .dataset import Dataset
+from .population import METRICS, Population
+
+CLASSIFICATION_METRICS = ("cross_entropy", "accuracy")
+
+
+class RegressionObjective:
+    """MSE / MAE / RMSE of every tree on ``X [D, n_in]``, ``y [D]`` or ``[D, n_out]`` (mean over outputs),
+    optionally weighted per row."""
+
+    def __init__(self, X, y, weight=None, metric: str = "mse", device=None):
+        if metric not in METRICS:
+            raise ValueError(f"metric must be one of {list(METRICS)} for regression, got {metric!r}")
+        self.data = Dataset(_tensor(X), _tensor(y), None if weight is None else _tensor(weight), device=device)
+        self.metric = metric
+
+    @property
+    def n_in(self) -> int:
+        return self.data.n_in
+
+    @property
+    def n_out(self) -> int:
+        return self.data.n_out
+
+    def __call__(self, population: Population) -> torch.Tensor:
+        return population.fitness(self.data, metric=self.metric)
+
+
+class ClassificationObjective:
+    """Cross-entropy (or error rate) of every tree on ``X [D, n_in]`` and integer classes ``y [D]`` in
+    ``0..n_classes-1``. Two classes use one output (its sigmoid is P(class 1)); more use one output per class
+    (softmax)."""
+
+    def __init__(self, X, y, n_classes: int, weight=None, metric: str = "cross_entropy", device=None,
+                 chunk_elements: int = 1 << 24):
+        if metric not in CLASSIFICATION_METRICS:
+            raise ValueError(f"metric must be one of {list(CLASSIFICATION_METRICS)} for classification, "
+                             f"got {metric!r}")
+        if n_classes < 2:
+            raise ValueError(f"n_classes must be >= 2, got {n_classes}")
+        codes = torch.as_tensor(np.asarray(y), dtype=torch.long)
+        if codes.dim() != 1 or bool((codes < 0).any()) or bool((codes >= n_classes).any()):
+            raise ValueError(f"y must be [D] class indices in 0..{n_classes - 1}")
+        # Dataset validates X and the weights once (finite, shapes) and places them on the device
+        self.data = Dataset(_tensor(X), codes.float(), None if weight is None else _tensor(weight), device=device)
+        self.y = codes.to(self.data.device)
+        self.n_classes, self.metric, self.chunk_elements = int(n_classes), metric, int(chunk_elements)
+        w = self.data.weight
+        self.w = (torch.ones(len(self.y), device=self.data.device) if w is None else w) / (
+            len(self.y) if w is None else w.sum())
+
+    @property
+    def n_in(self) -> int:
+        return self.data.n_in
+
+    @property
+    def n_out(self) -> int:
+        return 1 if self.n_classes == 2 else self.n_classes
+
+    def loss_from_outputs(self, out: torch.Tensor) -> torch.Tensor:
+        """Loss per tree from outputs ``[P, D, n_out]``."""
+        y = self.y
+        if self.metric == "accuracy":
+            pred = (out[..., 0] > 0).long() if self.n_out == 1 else out.argmax(-1)
+            return 1.0 - ((pred == y).float() * self.w).sum(-1)
+        if self.n_out == 1:
+            per_row = torch.nn.functional.binary_cross_entropy_with_logits(
+                out[..., 0], y.float().expand(out.shape[0], -1), reduction="none")
+        else:
+            per_row = torch.logsumexp(out, -1) - out.gather(-1, y.view(1, -1, 1).expand(out.shape[0], -1, 1))[..., 0]
+        return (per_row * self.w).sum(-1)
+
+    def __call__(self, population: Population) -> torch.Tensor:
+        P, D = len(population), self.data.n_rows
+        step = max(1, self.chunk_elements // max(1, D * self.n_out))  # bounds the [chunk, D, n_out] outputs
+        losses = [self.loss_from_outputs(population[i:i + step].forward(self.data.X)) for i in range(0, P, step)]
+        loss = torch.cat(losses) if losses else torch.zeros(0, device=self.data.device)
+        return torch.nan_to_num(loss, nan=float("inf"))
+
+
+def _tensor(a) -> torch.Tensor:
+    """float arrays to float32 tensors (the validation itself happens in Dataset)."""
+    if isinstance(a, torch.Tensor):
+        return a.float()
+    return torch.as_tensor(np.ascontiguousarray(np.asarray(a, dtype=np.float32)))
