@@ -23,7 +23,7 @@ import sympy
 from sympy.printing.numpy import NumPyPrinter
 
 from . import functions as F
-from .population import Population, unprotect
+from .population import Population
 
 SIMPLIFY_MAX_OPS = 80  # sympy.simplify is super-linear; larger formulas are shown as folded
 
@@ -79,7 +79,7 @@ def round_floats(expr: sympy.Expr, digits: int = 4) -> sympy.Expr:
 
 def readable(expr: sympy.Expr, digits: int = 4) -> sympy.Expr:
     """The reading form: plain division/log, numbers evaluated, simplified (when small enough) and rounded."""
-    e = round_floats(_evaluate_numbers(unprotect(expr)), digits)
+    e = round_floats(_evaluate_numbers(_plain(expr)), digits)
     if sympy.count_ops(e) <= SIMPLIFY_MAX_OPS:
         try:
             s = round_floats(_evaluate_numbers(sympy.simplify(e)), digits)
@@ -89,6 +89,13 @@ def readable(expr: sympy.Expr, digits: int = 4) -> sympy.Expr:
         except Exception:  # noqa: BLE001, S110  (simplify may fail on exotic forms; the folded form is still right)
             pass
     return e
+
+
+def _plain(expr: sympy.Expr) -> sympy.Expr:
+    """Protected division/inverse/log shown plainly; comparisons stay gt/lt/ifpos functions (nested
+    Piecewise conditions fold into unreadable ITE terms)."""
+    return expr.replace(F.pdiv, lambda a, b: a / b).replace(F.pinv, lambda a: 1 / a).replace(
+        F.plog, lambda a: sympy.log(sympy.Abs(a)))
 
 
 def _evaluate_numbers(expr: sympy.Expr) -> sympy.Expr:
@@ -121,6 +128,18 @@ class _Printer(NumPyPrinter):
             (a, cond), (b, _) = expr.args
             return f"numpy.where({self._print(cond)}, {self._print(a)}, {self._print(b)})"
         return super()._print_Piecewise(expr)
+
+    def _print_lt(self, expr):
+        a, b = (self._print(x) for x in expr.args)
+        return f"numpy.where(numpy.less({a}, {b}), 1.0, -1.0)"
+
+    def _print_gt(self, expr):
+        a, b = (self._print(x) for x in expr.args)
+        return f"numpy.where(numpy.greater({a}, {b}), 1.0, -1.0)"
+
+    def _print_ifpos(self, expr):
+        a, b, c = (self._print(x) for x in expr.args)
+        return f"numpy.where(numpy.greater({a}, 0), {b}, {c})"
 
     def _print_Float(self, expr):
         return repr(float(expr))
@@ -314,7 +333,8 @@ def export_policy(out_dir: str | os.PathLike, tree: Population, mean: Sequence[f
     head = "argmax over the scores" if transform == "argmax" else f"action transform: {transform}"
     text = "".join(f"{a} = {sympy.sstr(e)}\n" for a, e in zip(anames, reading))
     text_file = (f"# gprl policy for {meta.get('env', '?')}: one formula per action, raw observation units "
-                 f"({head}; '/' and log are protected: x/0 -> 1, log|x|, see policy.py)\n" + text)
+                 f"({head}; '/' and log are protected: x/0 -> 1, log|x|; gt(a, b) = 1 if a > b else -1, "
+                 f"lt likewise, ifpos(a, b, c) = b if a > 0 else c; see policy.py)\n" + text)
     record = {"format": "gprl.policy", "version": 1, "obs_names": onames, "action_names": anames,
               "normalization": {"mean": [float(m) for m in mean], "std": [float(s) for s in std]},
               "action": {"transform": transform, "low": None if low is None else [float(v) for v in low],
