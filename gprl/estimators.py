@@ -334,7 +334,7 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicBase):
                  rates: dict[str, float] | None = None, parsimony: float = 0.0005, metric: str = "cross_entropy",
                  model_selection: str = "accuracy", target_loss: float | None = None,
                  time_limit: float | None = None, validation_fraction: float | None = None,
-                 standardize: bool = True, linear_scaling: bool = True, random_state=None,
+                 standardize: bool = True, linear_scaling: bool = False, random_state=None,
                  device: str = "auto", callback: Callable | None = None, verbose: int = 0):
         self.linear_scaling = linear_scaling
         self.population_size, self.generations, self.functions = population_size, generations, functions
