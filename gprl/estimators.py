@@ -39,7 +39,7 @@ from . import functions as F
 from .algorithm import GeneticProgramming
 from .datasets import check_features, check_targets
 from .objectives import ClassificationObjective, RegressionObjective
-from .population import Population, unprotect
+from .population import unprotect
 
 MODEL_SELECTIONS = ("best", "accuracy")
 
@@ -189,11 +189,14 @@ class _SymbolicBase(BaseEstimator):
         self.fit_seconds_ = time.monotonic() - start
         lengths, losses, trees = gp.archive.front()
         train_loss = losses.cpu().numpy().astype(np.float64)
+        # the output bias/scale of each front tree (classifiers' linear scaling), fitted on the training rows
+        coef = train.coefficients(trees) if hasattr(train, "coefficients") else None
         if val_rows is not None:
             val = make_objective(Xs[val_rows], targets[val_rows], sub(weight, val_rows), device)
-            loss_used = val(trees).cpu().numpy().astype(np.float64)
+            loss_used = (val(trees) if coef is None else val(trees, coef)).cpu().numpy().astype(np.float64)
         else:
             loss_used = train_loss
+        self._coef = None if coef is None else tuple(c.cpu().numpy() for c in coef)
         self._front = trees.to("cpu")
         complexity = lengths.cpu().numpy()
         self.best_index_ = select_model(complexity, loss_used, self.model_selection)
@@ -218,19 +221,23 @@ class _SymbolicBase(BaseEstimator):
         """The formulas of front tree ``index`` over the raw feature names (standardisation folded in)."""
         names = self._names()
         exprs = self._front.to_sympy(index, names=names, protected=True)
+        if self._coef is not None:
+            exprs = [float(a) + float(b) * e for a, b, e in zip(self._coef[0][index], self._coef[1][index], exprs)]
         if self.standardize:
             raw = [sympy.Symbol(n, real=True) for n in names]
             sub = {s: (s - float(m)) / float(sc) for s, m, sc in zip(raw, self._mean, self._scale)}
             exprs = [e.xreplace(sub) for e in exprs]
         return exprs if protected else [unprotect(e) for e in exprs]
 
-    def _outputs(self, X, tree: Population | None = None) -> np.ndarray:
-        """Tree outputs ``[D, n_out]`` for raw X."""
+    def _outputs(self, X) -> np.ndarray:
+        """The chosen model's outputs ``[D, n_out]`` for raw X (with its output scaling, if any)."""
         check_is_fitted(self, "_tree")
         X = self._transform(self._check_X(X, fitting=False)).astype(np.float32)
         device = resolve_device(self.device)
-        tree = (self._tree if tree is None else tree).to(device)
-        return tree.forward(torch.from_numpy(X).to(device))[0].cpu().numpy().astype(np.float64)
+        out = self._tree.to(device).forward(torch.from_numpy(X).to(device))[0].cpu().numpy().astype(np.float64)
+        if self._coef is not None:
+            out = self._coef[0][self.best_index_] + self._coef[1][self.best_index_] * out
+        return out
 
     def _pick(self, index: int | None) -> int:
         check_is_fitted(self, "_tree")
@@ -312,7 +319,11 @@ class SymbolicRegressor(RegressorMixin, _SymbolicBase):
 
 class SymbolicClassifier(ClassifierMixin, _SymbolicBase):
     __doc__ = ("Symbolic classification by GPU tree GP: one tree output per class (softmax), or one output and a "
-               "sigmoid for two classes; any label type.\n" + _DOC_PARAMS)
+               "sigmoid for two classes; any label type.\n" + _DOC_PARAMS + """
+    linear_scaling: read each tree output f as the logit a + b * f, with the bias a and scale b fitted per tree
+    (L2-regularised logistic regression on the device, ``gprl.scaling``) while evolving; they are part of
+    the exported formula.
+""")
     _task = "classification"
     _multi_target = False
 
@@ -323,8 +334,9 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicBase):
                  rates: dict[str, float] | None = None, parsimony: float = 0.0005, metric: str = "cross_entropy",
                  model_selection: str = "accuracy", target_loss: float | None = None,
                  time_limit: float | None = None, validation_fraction: float | None = None,
-                 standardize: bool = True, random_state=None, device: str = "auto",
-                 callback: Callable | None = None, verbose: int = 0):
+                 standardize: bool = True, linear_scaling: bool = False, random_state=None,
+                 device: str = "auto", callback: Callable | None = None, verbose: int = 0):
+        self.linear_scaling = linear_scaling
         self.population_size, self.generations, self.functions = population_size, generations, functions
         self.const_prob, self.const_range, self.max_len, self.max_depth = const_prob, const_range, max_len, max_depth
         self.init_depth, self.tournament_size, self.elitism, self.rates = init_depth, tournament_size, elitism, rates
@@ -347,10 +359,10 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicBase):
         w = self._check_weight(sample_weight, X.shape[0])
         K = len(self.classes_)
         return self._fit(X, codes.ravel(), w, lambda X, y, w, dev: ClassificationObjective(
-            X, y, K, w, metric=self.metric, device=dev))
+            X, y, K, w, metric=self.metric, device=dev, scaling=bool(self.linear_scaling)))
 
     def decision_function(self, X) -> np.ndarray:
-        """The tree outputs: ``[D]`` logits of the second class for two classes, else ``[D, n_classes]``."""
+        """The model's logits (tree outputs, linearly scaled with ``linear_scaling``): ``[D]`` logits of the second class for two classes, else ``[D, n_classes]``."""
         out = self._outputs(X)
         return out[:, 0] if len(self.classes_) == 2 else out
 

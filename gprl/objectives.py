@@ -7,6 +7,8 @@ lower is better (``GeneticProgramming.step``'s convention), with no host sync.
 * :class:`RegressionObjective` uses the fused ``Population.fitness`` kernel (no ``[P, D]`` predictions).
 * :class:`ClassificationObjective` needs the outputs themselves: ``Population.forward`` in chunks of trees
   (``[chunk, D, n_out]``), then softmax cross-entropy (sigmoid for a single output) or the error rate.
+  With ``scaling=True`` each tree's outputs first get their own fitted bias and scale
+  (``gprl.scaling``): the loss is that of the best logistic calibration of the tree.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 
 from .dataset import Dataset
 from .population import METRICS, Population
+from .scaling import fit_logistic_scaling
 
 CLASSIFICATION_METRICS = ("cross_entropy", "accuracy")
 
@@ -45,10 +48,14 @@ class RegressionObjective:
 class ClassificationObjective:
     """Cross-entropy (or error rate) of every tree on ``X [D, n_in]`` and integer classes ``y [D]`` in
     ``0..n_classes-1``. Two classes use one output (its sigmoid is P(class 1)); more use one output per class
-    (softmax)."""
+    (softmax).
+
+    ``scaling=True``: the outputs ``f`` of every tree are read as logits ``a + b * f`` with ``(a, b)`` fitted
+    per tree and output by L2-regularised cross-entropy (``ridge``, default ``1 / n_rows``: scikit-learn's
+    ``LogisticRegression(C=1)`` on the z-scored output); ``coefficients`` gives them for export."""
 
     def __init__(self, X, y, n_classes: int, weight=None, metric: str = "cross_entropy", device=None,
-                 chunk_elements: int = 1 << 24):
+                 chunk_elements: int = 1 << 24, scaling: bool = False, ridge: float | None = None):
         if metric not in CLASSIFICATION_METRICS:
             raise ValueError(f"metric must be one of {list(CLASSIFICATION_METRICS)} for classification, "
                              f"got {metric!r}")
@@ -61,6 +68,10 @@ class ClassificationObjective:
         self.data = Dataset(_tensor(X), codes.float(), None if weight is None else _tensor(weight), device=device)
         self.y = codes.to(self.data.device)
         self.n_classes, self.metric, self.chunk_elements = int(n_classes), metric, int(chunk_elements)
+        self.scaling = bool(scaling)
+        self.ridge = 1.0 / len(codes) if ridge is None else float(ridge)
+        if not (self.ridge > 0 and np.isfinite(self.ridge)):
+            raise ValueError(f"ridge must be a finite number > 0, got {ridge!r}")
         w = self.data.weight
         self.w = (torch.ones(len(self.y), device=self.data.device) if w is None else w) / (
             len(self.y) if w is None else w.sum())
@@ -81,16 +92,51 @@ class ClassificationObjective:
             return 1.0 - ((pred == y).float() * self.w).sum(-1)
         if self.n_out == 1:
             per_row = torch.nn.functional.binary_cross_entropy_with_logits(
-                out[..., 0], y.float().expand(out.shape[0], -1), reduction="none")
+                out[..., 0], y.to(out.dtype).expand(out.shape[0], -1), reduction="none")
         else:
             per_row = torch.logsumexp(out, -1) - out.gather(-1, y.view(1, -1, 1).expand(out.shape[0], -1, 1))[..., 0]
         return (per_row * self.w).sum(-1)
 
-    def __call__(self, population: Population) -> torch.Tensor:
+    def _chunks(self, population: Population):
+        """(first tree, outputs ``[chunk, D, n_out]``) a chunk of trees at a time (bounds the memory)."""
         P, D = len(population), self.data.n_rows
-        step = max(1, self.chunk_elements // max(1, D * self.n_out))  # bounds the [chunk, D, n_out] outputs
-        losses = [self.loss_from_outputs(population[i:i + step].forward(self.data.X)) for i in range(0, P, step)]
-        loss = torch.cat(losses) if losses else torch.zeros(0, device=self.data.device)
+        step = max(1, self.chunk_elements // max(1, D * self.n_out))
+        for i in range(0, P, step):
+            yield i, population[i:i + step].forward(self.data.X)
+
+    def coefficients(self, population: Population) -> tuple[torch.Tensor, torch.Tensor]:
+        """Bias and scale ``[P, n_out]`` (float64) of every tree's outputs: the fitted ones with ``scaling``,
+        else 0 and 1."""
+        if not self.scaling:
+            P, dev = len(population), self.data.device
+            return (torch.zeros(P, self.n_out, dtype=torch.float64, device=dev),
+                    torch.ones(P, self.n_out, dtype=torch.float64, device=dev))
+        fits = [fit_logistic_scaling(out, self.y, self.w, self.ridge) for _, out in self._chunks(population)]
+        if not fits:
+            empty = torch.zeros(0, self.n_out, dtype=torch.float64, device=self.data.device)
+            return empty, empty
+        return torch.cat([a for a, _ in fits]), torch.cat([b for _, b in fits])
+
+    def _loss(self, out: torch.Tensor, coef: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        if coef is None and self.scaling:
+            coef = fit_logistic_scaling(out, self.y, self.w, self.ridge)
+        if coef is not None:
+            # float64 logits, as the exported formula a + b * f; a non-finite f stays non-finite (0 * inf)
+            out = coef[0][:, None] + coef[1][:, None] * out.double()
+        return self.loss_from_outputs(out)
+
+    def __call__(self, population: Population,
+                 coefficients: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """Loss ``[P]``; ``coefficients`` (bias, scale ``[P, n_out]``, e.g. fitted on other rows) replace the
+        fit of ``scaling``."""
+        if coefficients is not None:
+            coefficients = tuple(torch.as_tensor(c, dtype=torch.float64, device=self.data.device)
+                                 for c in coefficients)
+            if any(c.shape != (len(population), self.n_out) for c in coefficients):
+                raise ValueError(f"coefficients must be (bias, scale) of shape [{len(population)}, {self.n_out}]")
+        sl = (lambda i, n: None if coefficients is None else tuple(c[i:i + n] for c in coefficients))
+        losses = [self._loss(out, sl(i, len(out))) for i, out in self._chunks(population)]
+        loss = torch.cat(losses).float() if losses else torch.zeros(0, device=self.data.device)
         return torch.nan_to_num(loss, nan=float("inf"))
 
 
