@@ -50,7 +50,7 @@ def classification(name: str, args) -> dict:
     for seed in range(args.seeds):
         data = gprl.datasets.load(name, seed=seed)
         model = gprl.SymbolicClassifier(population_size=args.cls_population, generations=args.cls_generations,
-                                        random_state=seed, device=args.device)
+                                        random_state=seed, device=args.device, **json.loads(args.cls_options))
         start = time.perf_counter()
         model.fit(data.X_train, data.y_train)
         seconds = time.perf_counter() - start
@@ -60,6 +60,7 @@ def classification(name: str, args) -> dict:
                      "complexity": int(model.equations_.complexity[model.best_index_])})
     accs = [r["test_accuracy"] for r in runs]
     return {"dataset": name, "population_size": args.cls_population, "generations": args.cls_generations,
+            "options": json.loads(args.cls_options),
             "mean_test_accuracy": float(np.mean(accs)), "min_test_accuracy": float(np.min(accs)),
             "target_accuracy": 0.97, "passes_mean": bool(np.mean(accs) >= 0.97), "runs": runs}
 
@@ -74,13 +75,16 @@ def main() -> None:
     p.add_argument("--cls-population", type=int, default=5000)
     p.add_argument("--cls-generations", type=int, default=200)
     p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--cls-options", default="{}", help="JSON of extra SymbolicClassifier parameters")
+    p.add_argument("--only", nargs="+", default=["feynman", "breast_cancer", "wine"])
     args = p.parse_args()
     args.device = str(resolve_device(args.device))
     result = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
               "torch": torch.__version__}
-    result["feynman"] = feynman(args)
-    print(json.dumps(result["feynman"]), flush=True)
-    for name in ("breast_cancer", "wine"):
+    if "feynman" in args.only:
+        result["feynman"] = feynman(args)
+        print(json.dumps(result["feynman"]), flush=True)
+    for name in [n for n in ("breast_cancer", "wine") if n in args.only]:
         result[name] = classification(name, args)
         print(json.dumps({k: v for k, v in result[name].items() if k != "runs"}), flush=True)
     with open(args.out, "w") as f:
