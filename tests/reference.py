@@ -57,13 +57,13 @@ FUNCS64 = _functions(lambda v: np.asarray(v, np.float64))
 
 
 def _perturbed(seed):
-    """seed 1 / -1: every node nudged up / down; other seeds: random signs per node and row."""
-    rng = np.random.default_rng(abs(seed))
+    """Every node's result nudged by +-4 ulps with random signs per node and row. (Uniform signs would miss
+    chains such as inv(exp(x)), where consecutive nudges cancel.)"""
+    rng = np.random.default_rng(seed)
 
     def nudge(v):
         v = np.asarray(v, np.float64)
-        sign = seed if seed in (1, -1) else rng.choice([-1.0, 1.0], size=v.shape)
-        return v * (1.0 + sign * 2.0**-21)
+        return v * (1.0 + rng.choice([-1.0, 1.0], size=v.shape) * 2.0**-21)
     return _functions(nudge)
 
 
@@ -117,7 +117,7 @@ def loss(pred, y, metric, weight=None):
 
 def compare(actual, pop, X, rtol=1e-5, atol=1e-6):
     """Checks kernel outputs against the float32 reference where the result is well conditioned (float64
-    and four runs with every node nudged by 4 ulps agree to rtol/4). Returns the fraction left out."""
+    and six runs with every node nudged by 4 ulps agree to rtol/4). Returns the fraction left out."""
     actual = actual.cpu().numpy().astype(np.float64)
     ref32 = eval_population(pop, X, 32)
     ref64 = eval_population(pop, X, 64)
@@ -125,7 +125,7 @@ def compare(actual, pop, X, rtol=1e-5, atol=1e-6):
     assert np.array_equal(np.isnan(actual), np.isnan(ref32)), "NaN where the reference has none"
     scale = np.maximum(np.abs(ref32), np.abs(ref64))
     conditioned = np.abs(ref32 - ref64) <= rtol / 4 * scale + atol
-    for seed in (1, -1, 101, 202):
+    for seed in (101, 202, 303, 404, 505, 606):
         conditioned &= np.abs(eval_population(pop, X, seed) - ref64) <= rtol / 4 * scale + atol
     bad = conditioned & ~(np.abs(actual - ref32) <= rtol * np.maximum(scale, np.abs(actual)) + atol)
     if bad.any():
