@@ -5,6 +5,7 @@ import csv
 import importlib.util
 import itertools
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_train_app import ROOT, _digest, metrics
+from test_train_app import ROOT, _digest, _wandb_records, metrics
 from test_train_app import train as train_policy
 
 from gprl import datasets
@@ -24,10 +25,11 @@ CLF = ["task=classification", "dataset=wine", "gp.population_size=200", "wandb.m
 
 
 def train(tmp_path: Path, run: str, *overrides: str, check: bool = True, wait: bool = True):
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path / "wandb_home"), "WANDB_SILENT": "true"}
     cmd = [sys.executable, "train.py", f"hydra.run.dir={tmp_path / run}", *overrides]
     if not wait:
-        return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    res = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True, timeout=240)
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    res = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     if check and res.returncode != 0:
         raise AssertionError(f"train.py failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
     return res
@@ -48,7 +50,7 @@ def load_module(path: Path):
 
 
 def test_sr_run_writes_every_file_and_model_py_reproduces_the_loss(tmp_path):
-    train(tmp_path, "sr", *SR, "gp.generations=8")
+    train(tmp_path, "sr", *[o for o in SR if not o.startswith("wandb")], "wandb.mode=offline", "gp.generations=8")
     run = tmp_path / "sr"
     for name in ("config.yaml", "metrics.jsonl", "summary.json", "model.txt", "model.tex", "model.py", "model.json",
                  "equations.csv"):
@@ -80,6 +82,17 @@ def test_sr_run_writes_every_file_and_model_py_reproduces_the_loss(tmp_path):
     assert all(a > b for a, b in itertools.pairwise(losses))  # a Pareto front: longer only when better
     (chosen,) = [r for r in front if r["selected"] == "1"]
     assert float(chosen["loss"]) == pytest.approx(rec["meta"]["train_loss"])
+    # W&B (offline): the per-generation history and the exported files as the "model" artifact
+    (run_file,) = (run / "wandb").glob("offline-run-*/run-*.wandb")
+    history, artifacts = [], {}
+    for r in _wandb_records(run_file):
+        kind = r.WhichOneof("record_type")
+        if kind == "history":
+            history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item})
+        elif kind == "artifact":
+            artifacts[r.artifact.name] = sorted(m.path for m in r.artifact.manifest.contents)
+    assert [h["best_loss"] for h in history if "best_loss" in h] == pytest.approx([r["best_loss"] for r in rows])
+    assert artifacts["model"] == ["equations.csv", "model.json", "model.py", "model.tex", "model.txt"]
 
 
 def test_classification_run_reports_held_out_accuracy(tmp_path):
