@@ -48,7 +48,7 @@ def resolve_backend(env_cfg: dict[str, Any]) -> str:
 
 def uses_env(cfg: dict[str, Any]) -> bool:
     """Whether the configured task runs an environment (policies; not regression/classification)."""
-    return cfg["task"].get("name") == "policy"
+    return (cfg.get("task") or {}).get("name", "policy") == "policy"
 
 
 def apply_backend_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
