@@ -54,9 +54,26 @@ class GPSchema:
 @dataclass
 class TaskSchema:
     name: str = "policy"
-    hall_of_fame: int = 8
-    validation_episodes: int | None = None
+    hall_of_fame: int = 8                  # policy
+    validation_episodes: int | None = None  # policy
     digits: int = 4
+    metric: str | None = None              # sr / classification: the training loss
+    model_selection: str | None = None     # sr / classification: the rule on the Pareto front
+    standardize: bool = False              # sr / classification: z-score the features
+
+
+@dataclass
+class DatasetSchema:
+    """sr / classification data: a ``gprl.datasets`` name, or ``csv`` with path/target/columns."""
+
+    name: str | None = None
+    n_samples: int = 10_000
+    test_size: float = 0.25
+    seed: int = 0
+    noise: float = 0.0
+    path: str | None = None
+    target: Any = None   # a column name or index
+    columns: Any = None  # a list of column names/indices or null
 
 
 @dataclass
@@ -73,6 +90,7 @@ class WandbSchema:
 class TrainSchema:
     task: TaskSchema = field(default_factory=TaskSchema)
     env: EnvSchema = field(default_factory=EnvSchema)
+    dataset: DatasetSchema = field(default_factory=DatasetSchema)
     gp: GPSchema = field(default_factory=GPSchema)
     wandb: WandbSchema = field(default_factory=WandbSchema)
     seed: int = 0

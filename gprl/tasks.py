@@ -31,6 +31,13 @@ class Task(abc.ABC):
     n_out: int
     maximize: bool = True
     obs_names: list[str] | None = None
+    score_name: str = "return"  # the metrics key "best_<score_name>" is the generation's best score
+    artifact: str = "policy"    # the W&B artifact name of the exported files
+
+    @classmethod
+    @abc.abstractmethod
+    def from_config(cls, cfg: dict[str, Any], device: str | None) -> Task:
+        """The task from the whole (plain) training configuration; ``device`` None: the task's choice."""
 
     @abc.abstractmethod
     def fingerprint(self) -> dict[str, Any]:
@@ -101,6 +108,13 @@ class PolicyTask(Task):
         self.validation_episodes = validation_episodes
         self.env_kwargs = kwargs
         self.hof: list[dict[str, Any]] = []  # best per generation: tree state, mean, std, fitness, generation
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any], device: str | None) -> PolicyTask:
+        gp, task = cfg["gp"], cfg["task"]
+        return cls(cfg["env"], pop_size=int(gp["population_size"]), seed=int(cfg["seed"]), device=device,
+                   parsimony=float(gp.get("parsimony") or 0.0), hall_of_fame=int(task.get("hall_of_fame", 8)),
+                   validation_episodes=task.get("validation_episodes"), digits=int(task.get("digits", 4)))
 
     def fingerprint(self) -> dict[str, Any]:
         return {"task": "policy", "env": self.name, "obs_dim": self.n_in, "n_out": self.n_out,
@@ -194,4 +208,7 @@ class PolicyTask(Task):
         self.env.close()
 
 
-TASKS = {"policy": PolicyTask}
+TASKS: dict[str, type[Task]] = {"policy": PolicyTask}
+
+# regression and classification register themselves (gprl/supervised.py subclasses Task from this module)
+from . import supervised as _supervised  # noqa: F401

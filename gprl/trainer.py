@@ -46,9 +46,18 @@ def resolve_backend(env_cfg: dict[str, Any]) -> str:
     return envs._auto_backend(env_cfg["name"]) if backend == "auto" else backend
 
 
+def uses_env(cfg: dict[str, Any]) -> bool:
+    """Whether the configured task runs an environment (policies; not regression/classification)."""
+    return (cfg.get("task") or {}).get("name", "policy") == "policy"
+
+
 def apply_backend_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
     """Fill ``null`` entries of ``gp``/``env`` from ``env.per_backend[<resolved backend>]``."""
-    env_cfg = cfg["env"]
+    if not uses_env(cfg):
+        return cfg
+    env_cfg = cfg.get("env") or {}
+    if not env_cfg.get("name"):
+        raise ValueError("task=policy needs an environment: pass env=<name> (configs/env/, e.g. env=hopper)")
     backend = resolve_backend(env_cfg)
     env_cfg["backend"] = backend
     defaults = (env_cfg.get("per_backend") or {}).get(backend) or {}
@@ -63,11 +72,8 @@ def make_task(cfg: dict[str, Any]) -> Task:
     kind = cfg["task"]["name"]
     if kind not in TASKS:
         raise ValueError(f"task.name: unknown task {kind!r}; choose one of {sorted(TASKS)}")
-    gp, task = cfg["gp"], cfg["task"]
     device = None if cfg.get("device", "auto") == "auto" else cfg["device"]
-    return TASKS[kind](cfg["env"], pop_size=int(gp["population_size"]), seed=int(cfg["seed"]), device=device,
-                       parsimony=float(gp.get("parsimony") or 0.0), hall_of_fame=int(task.get("hall_of_fame", 8)),
-                       validation_episodes=task.get("validation_episodes"), digits=int(task.get("digits", 4)))
+    return TASKS[kind].from_config(cfg, device)
 
 
 def make_gp(gp: dict[str, Any], task: Task, seed: int) -> GeneticProgramming:
@@ -79,7 +85,7 @@ def make_gp(gp: dict[str, Any], task: Task, seed: int) -> GeneticProgramming:
         crossover_leaf_prob=gp.get("crossover_leaf_prob"), subtree_depth=int(gp["subtree_depth"]),
         multi_prob=float(gp["multi_prob"]), const_sigma=float(gp["const_sigma"]),
         const_prob=float(gp["const_prob"]), const_range=tuple(gp["const_range"]),
-        output_prob=float(gp["output_prob"]), seed=seed, device=task.env.device if hasattr(task, "env") else None)
+        output_prob=float(gp["output_prob"]), seed=seed, device=getattr(task, "device", None))
 
 
 def _check_positive(name: str, value, allow_none: bool = True) -> None:
@@ -103,7 +109,10 @@ def _truncate_metrics(path: Path, generation: int) -> list[dict[str, Any]]:
 
 def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
     """Runs (or resumes) one training run; returns the summary also written to ``summary.json``."""
-    cfg = apply_backend_defaults(_plain(cfg))
+    cfg = _plain(cfg)
+    # the schema holds both sections; a run keeps only the one its task reads (config.yaml, W&B, fingerprint)
+    cfg.pop("dataset" if uses_env(cfg) else "env", None)
+    cfg = apply_backend_defaults(cfg)
     gp_cfg = cfg["gp"]
     _check_positive("gp.population_size", gp_cfg.get("population_size"), allow_none=False)
     _check_positive("gp.generations", gp_cfg.get("generations"))
@@ -123,7 +132,8 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
     threads = cfg.get("threads", "auto")
     if threads == "auto":
         # MuJoCo's own threads use the cores; torch's OpenMP pool would only contend with them
-        if resolve_backend(cfg["env"]) in ("mujoco", "gymnasium") and cfg.get("device", "auto") in ("auto", "cpu"):
+        if uses_env(cfg) and resolve_backend(cfg["env"]) in ("mujoco", "gymnasium") \
+                and cfg.get("device", "auto") in ("auto", "cpu"):
             torch.set_num_threads(1)
     elif threads:
         torch.set_num_threads(int(threads))
@@ -147,7 +157,8 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
     metrics_path = run_dir / "metrics.jsonl"
     if state is None:
         pop = gp.init()
-        start_gen, elapsed0, total_steps, best_so_far, wandb_id = 0, 0.0, 0, -math.inf, None
+        start_gen, elapsed0, total_steps, wandb_id = 0, 0.0, 0, None
+        best_so_far = -math.inf if task.maximize else math.inf
         metrics_path.write_text("")
     else:
         set_rng_states(state["rng"])
@@ -178,6 +189,7 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
                         keep=int(cfg.get("keep_checkpoints", 2)))
 
     generations, time_limit = gp_cfg.get("generations"), gp_cfg.get("time_limit")
+    best_key = f"best_{task.score_name}"  # best_return (policies) or best_loss (lower is better)
     target = gp_cfg.get("target_return")
     bar = None
     if cfg.get("progress", True):
@@ -201,7 +213,8 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
                 fitness, m = task.evaluate(pop, g)
                 steps = int(m.get("env_steps", 0))
                 total_steps += steps
-                best_so_far = max(best_so_far, float(m.get("best_return", fitness.max())))
+                best = float(m.get(best_key, fitness.max() if task.maximize else fitness.min()))
+                best_so_far = max(best_so_far, best) if task.maximize else min(best_so_far, best)
                 dt = time.perf_counter() - tg
                 elapsed = elapsed0 + time.perf_counter() - t0
                 row = {"generation": g, **m, "best_so_far": best_so_far,
@@ -211,7 +224,8 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
                 mf.flush()
                 tracker.log(row, step=g)
                 if bar is not None:
-                    bar.set_postfix(best=f"{m.get('best_return', 0):.1f}", mean=f"{m.get('mean_return', 0):.1f}",
+                    name = task.score_name
+                    bar.set_postfix(best=f"{m.get(best_key, 0):.4g}", mean=f"{m.get(f'mean_{name}', 0):.4g}",
                                     size=f"{row['mean_size']:.1f}", sps=f"{row['env_steps_per_s']:.0f}",
                                     t=f"{elapsed:.0f}s")
                     bar.update(1)
@@ -219,7 +233,7 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
                     stop = "generations"
                 elif time_limit is not None and elapsed >= time_limit:
                     stop = "time_limit"
-                elif target is not None and best_so_far >= target:
+                elif target is not None and (best_so_far >= target if task.maximize else best_so_far <= target):
                     stop = "target_return"
                 pop = gp.step(pop, fitness)
                 g += 1
@@ -236,23 +250,25 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
 
     result = task.finish(pop, fitness, str(run_dir))
     files = result.pop("files")
-    summary = {"stopped_by": stop, "generations": g, "total_env_steps": total_steps, "best_train_return": best_so_far,
+    summary = {"stopped_by": stop, "generations": g, "total_env_steps": total_steps,
+               f"best_train_{task.score_name}": best_so_far,
                "elapsed_s": elapsed0 + time.perf_counter() - t0, **result, "run_dir": str(run_dir),
                "wandb": {"id": tracker.run_id, "mode": tracker.mode, "project": wcfg.get("project", "gprl"),
                          "entity": wcfg.get("entity")},
                "files": {k: os.path.basename(v) for k, v in files.items()}}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-    tracker.log_formula(result.get("formulas", {}), step=g - 1,
-                        validation_return=result.get("validation_return"))
+    headline = ("validation_return",) if task.maximize else ("test_loss", "test_accuracy", "test_r2")
+    tracker.log_formula(result.get("formulas", {}), step=g - 1, **{k: result[k] for k in headline if k in result})
     tracker.summary({k: v for k, v in summary.items() if isinstance(v, (int, float, str))})
-    tracker.log_artifact("policy", "policy", list(files.values()))
+    tracker.log_artifact(task.artifact, task.artifact, list(files.values()))
     from .checkpoint import list_checkpoints
 
     tracker.log_artifact("checkpoint", "checkpoint", [str(p) for p in list_checkpoints(run_dir)[-1:]])
     tracker.finish()
     task.close()
-    print(json.dumps({k: summary[k] for k in ("stopped_by", "generations", "best_train_return",
-                                              "validation_return", "elapsed_s") if k in summary}))
+    print(json.dumps({k: summary[k] for k in ("stopped_by", "generations", "best_train_return", "best_train_loss",
+                                              "validation_return", "test_loss", "test_accuracy", "test_r2",
+                                              "elapsed_s") if k in summary}))
     for name, formula in result.get("formulas", {}).items():
         print(f"{name} = {formula}")
     return summary

@@ -1,0 +1,175 @@
+"""Export a regression/classification model found by ``train.py task=sr|classification``.
+
+The same machinery as the policy export (:mod:`gprl.export`) with a supervised head instead of an action map:
+``model.txt`` / ``model.tex`` (reading form over the feature names, standardisation folded in),
+``model.py`` (NumPy only: ``predict(X)``, plus ``predict_proba``/``decision_function`` for classifiers; the
+tree is evaluated in float32 in the kernels' order, so it reproduces the training predictions),
+``model.json`` (tree, feature names, standardisation, classes, metadata) and ``equations.csv`` (the Pareto
+front: complexity, loss, test_loss, equation).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import sympy
+
+from . import functions as F
+from .export import (
+    _PROTECTED_SOURCE,
+    _plain,
+    _Printer,
+    kernel_order_lines,
+    policy_expressions,
+    readable,
+    round_floats,
+    safe_names,
+    tree_record,
+    write_atomic,
+)
+from .population import Population
+
+
+def model_expressions(tree: Population, mean: Sequence[float], std: Sequence[float],
+                      names: Sequence[str]) -> list[sympy.Expr]:
+    """Exact expressions (protected forms) of every output over the raw features."""
+    return policy_expressions(tree, mean, std, "none", None, None, names)
+
+
+def front_equation(tree: Population, mean: Sequence[float], std: Sequence[float], names: Sequence[str],
+                   digits: int) -> str:
+    """A cheap reading form for the front table (no sympy.simplify: the front may hold 60 trees)."""
+    names = safe_names(names, tree.n_in, "x")  # the identifiers of model.txt / model.py
+    exprs = [round_floats(_plain(e), digits) for e in model_expressions(tree, mean, std, names)]
+    return "; ".join(sympy.sstr(e) for e in exprs)
+
+
+def _module_source(exact: Sequence[sympy.Expr], names: Sequence[str], out_names: Sequence[str], task: str,
+                   classes: Sequence[Any] | None, text: str, meta: dict[str, Any], record: dict[str, Any],
+                   mean: Sequence[float], std: Sequence[float]) -> str:
+    printer = _Printer()
+    n_in, n_out = len(names), len(out_names)
+    f32list = lambda vals: "numpy.array([" + ", ".join(repr(float(np.float32(v))) for v in vals) + "], numpy.float32)"
+    lines = [f'"""Exported gprl {task} model for {meta.get("dataset", "?")} (NumPy only; no gprl, no torch).', "",
+             "Formulas over the raw features (reading form; scores() computes the same function in float32",
+             "in the training kernels' order):", ""]
+    lines += ["    " + ln for ln in text.strip().splitlines()]
+    lines += ['"""', "", "import numpy", "", f"EPS = {F.EPS!r}", f"BOUND = {F.BOUND!r}", "EPS32, BOUND32 = numpy.float32(EPS), numpy.float32(BOUND)",
+              "ZERO, ONE = numpy.float32(0.0), numpy.float32(1.0)",
+              f"FEATURE_NAMES = {list(names)!r}", f"OUTPUT_NAMES = {list(out_names)!r}",
+              f"CLASSES = {None if classes is None else list(classes)!r}",
+              f"MEAN = {f32list(mean)}", f"STD = {f32list(std)}",
+              f"META = {json.dumps(meta, sort_keys=True)!r}", "", "",
+              "# protected functions: the exact semantics of gprl's kernels (gprl/functions.py)",
+              _PROTECTED_SOURCE.strip(), "", "",
+              "def _libm_functions():",
+              "    # float32 transcendental functions of the C library (what gprl's CPU kernels call)",
+              "    import ctypes, ctypes.util",
+              "    try:",
+              "        lib = ctypes.CDLL(ctypes.util.find_library('m') or 'libm.so.6')",
+              "    except OSError:",
+              "        lib = None",
+              "    out = {}",
+              "    for name, arity, fallback in (('sinf', 1, numpy.sin), ('cosf', 1, numpy.cos), ('tanf', 1, numpy.tan),",
+              "                                  ('expf', 1, numpy.exp), ('logf', 1, numpy.log), ('tanhf', 1, numpy.tanh),",
+              "                                  ('powf', 2, numpy.power)):",
+              "        cfn = getattr(lib, name, None) if lib is not None else None",
+              "        if cfn is None:",
+              "            out[name] = (lambda f: lambda *a: f(*(numpy.asarray(v, numpy.float64) for v in a)).astype(",
+              "                numpy.float32))(fallback)",
+              "            continue",
+              "        cfn.restype, cfn.argtypes = ctypes.c_float, [ctypes.c_float] * arity",
+              "        vec = numpy.frompyfunc(cfn, arity, 1)",
+              "        out[name] = (lambda v: lambda *a: numpy.asarray(v(*(numpy.asarray(x, numpy.float32) for x in a)),",
+              "                                                        numpy.float32))(vec)",
+              "    return out",
+              "", "",
+              "_LIBM = _libm_functions()",
+              "sinf, cosf, tanf, expf, logf, tanhf, powf = (_LIBM[k] for k in ('sinf', 'cosf', 'tanf', 'expf', 'logf',",
+              "                                                              'tanhf', 'powf'))",
+              "", "",
+              "def _check(X, dtype):", "    X = numpy.asarray(X, dtype=dtype)",
+              f"    if X.ndim != 2 or X.shape[-1] != {n_in}:",
+              f"        raise ValueError(f'X must be [n_samples, {n_in}] ({{FEATURE_NAMES}}), got shape {{X.shape}}')",
+              "    return X", "", "",
+              "def formula_scores(X):", '    """The folded formulas (raw units, float64) for X [n, n_features]."""',
+              "    X = _check(X, numpy.float64)"]
+    for i, name in enumerate(names):
+        lines.append(f"    {name} = X[:, {i}]")
+    lines += ["    with numpy.errstate(all='ignore'):", "        out = ["]
+    for e in exact:
+        lines.append(f"            numpy.broadcast_to({printer.doprint(e)}, X.shape[:1]),")
+    lines += ["        ]", "    return numpy.stack(out, axis=-1)", "", "",
+              "def scores(X):", '    """Tree outputs [n, n_outputs] in float32, in the kernels\' order."""',
+              "    obs = _check(X, numpy.float32)", "    with numpy.errstate(all='ignore'):",
+              "        x = (obs - MEAN) / STD"]
+    lines += kernel_order_lines(record)
+    outs = ", ".join(f"y{k}" for k in range(n_out))
+    lines += [f"    return numpy.stack([numpy.broadcast_to(numpy.float32(v), obs.shape[:1]) for v in ({outs},)], axis=-1)",
+              "", ""]
+    if task == "regression":
+        lines += ["def predict(X):", '    """Predictions [n] (or [n, n_targets]) for X [n, n_features]."""',
+                  "    y = scores(X)", "    return y[:, 0] if y.shape[1] == 1 else y"]
+    else:
+        lines += ["def decision_function(X):",
+                  '    """Logits: [n] of the second class for two classes, else [n, n_classes]."""',
+                  "    z = scores(X).astype(numpy.float64)", "    return z[:, 0] if len(CLASSES) == 2 else z", "", "",
+                  "def predict_proba(X):", '    """Class probabilities [n, n_classes] (sigmoid or softmax)."""',
+                  "    z = decision_function(X)", "    if z.ndim == 1:",
+                  "        p = 1.0 / (1.0 + numpy.exp(-numpy.clip(z, -700, 700)))",
+                  "        return numpy.stack([1.0 - p, p], axis=1)",
+                  "    z = z - z.max(axis=1, keepdims=True)", "    e = numpy.exp(z)",
+                  "    return e / e.sum(axis=1, keepdims=True)", "", "",
+                  "def predict(X):", '    """Class labels [n] (as in training: logit > 0, or the arg max)."""',
+                  "    z = decision_function(X)",
+                  "    k = (z > 0).astype(int) if z.ndim == 1 else \\",
+                  "        numpy.argmax(numpy.where(numpy.isnan(z), -numpy.inf, z), axis=1)",
+                  "    return numpy.asarray(CLASSES)[k]"]
+    return "\n".join(lines) + "\n"
+
+
+def export_model(out_dir: str | os.PathLike, tree: Population, mean: Sequence[float], std: Sequence[float],
+                 feature_names: Sequence[str], output_names: Sequence[str], task: str,
+                 classes: Sequence[Any] | None, meta: dict[str, Any], front: list[dict[str, Any]],
+                 digits: int = 4) -> dict[str, str]:
+    """Writes model.txt, model.tex, model.py, model.json and equations.csv; returns their paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    names = safe_names(feature_names, tree.n_in, "x")
+    onames = safe_names(output_names, tree.n_out, "y")
+    exact = model_expressions(tree, mean, std, names)
+    reading = [readable(e, digits) for e in exact]
+    if task == "regression":
+        head = "prediction"
+    elif tree.n_out == 1:
+        head = f"logit of P(class {classes[1]!r}); predict {classes[1]!r} where it is > 0"
+    else:
+        head = "one score (logit) per class; softmax gives the probabilities, the arg max the class"
+    text = "".join(f"{a} = {sympy.sstr(e)}\n" for a, e in zip(onames, reading))
+    text_file = (f"# gprl {task} model for {meta.get('dataset', '?')}: {head}; raw feature units ('/' and log "
+                 f"are protected: x/0 -> 1, log|x|; gt(a, b) = 1 if a > b else -1; see model.py)\n" + text)
+    record = {"format": "gprl.model", "version": 1, "task": task, "feature_names": names,
+              "output_names": onames, "classes": None if classes is None else list(classes),
+              "standardization": {"mean": [float(m) for m in mean], "std": [float(s) for s in std]},
+              "tree": tree_record(tree), "formulas": {a: str(e) for a, e in zip(onames, reading)},
+              "exact_formulas": {a: sympy.srepr(e) for a, e in zip(onames, exact)}, "meta": meta}
+    paths = {k: os.path.join(out_dir, f"model.{k}") for k in ("txt", "tex", "py", "json")}
+    paths["csv"] = os.path.join(out_dir, "equations.csv")
+    write_atomic(paths["txt"], text_file)
+    escaped = [n.replace("_", r"\_") for n in onames]
+    rows = [rf"\mathrm{{{n}}} &= {sympy.latex(e)}" for n, e in zip(escaped, reading)]
+    write_atomic(paths["tex"], "\\begin{align}\n" + " \\\\\n".join(rows) + "\n\\end{align}\n")
+    write_atomic(paths["py"], _module_source(exact, names, onames, task, classes, text, meta, record["tree"],
+                                             mean, std))
+    write_atomic(paths["json"], json.dumps(record, indent=1))
+    tmp = paths["csv"] + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["complexity", "loss", "test_loss", "score", "selected", "equation"])
+        w.writeheader()
+        w.writerows(front)
+    os.replace(tmp, paths["csv"])
+    return paths

@@ -1,0 +1,234 @@
+"""Symbolic regression and classification as training tasks: ``train.py task=sr|classification dataset=...``.
+
+The fitness is the estimators' (:mod:`gprl.objectives`): the fused regression loss on a prepared
+:class:`gprl.Dataset`, or softmax/sigmoid cross-entropy; lower is better (``maximize = False``). Every
+generation is also logged with the best tree's size and its held-out test score. The task keeps its own
+Pareto archive of training losses (best tree per length, checkpointed); at the end the model is picked from
+that front like the estimators do (``task.model_selection``) and exported as formulas
+(:mod:`gprl.model_export`).
+
+Features may be z-scored (``task.standardize``); that is done in float32 exactly as the exported
+``model.py`` does it, so the exported predictions reproduce the training ones.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import datasets
+from .algorithm import ParetoArchive
+from .checkpoint import population_from_state, population_state
+from .estimators import MODEL_SELECTIONS, pareto_scores, select_model
+from .model_export import export_model, front_equation
+from .objectives import CLASSIFICATION_METRICS, ClassificationObjective, RegressionObjective
+from .population import METRICS, Population
+from .tasks import TASKS, Task
+
+
+def load_dataset(cfg: dict[str, Any], task: str) -> datasets.SupervisedData:
+    """The ``dataset`` config section as a train/test split (a named benchmark, or ``name: csv`` + ``path``)."""
+    if not cfg or not cfg.get("name"):
+        raise ValueError(f"task={'sr' if task == 'regression' else task} needs a dataset: pass dataset=<name> "
+                         "(configs/dataset/, e.g. dataset=koza_quartic or dataset=wine)")
+    name = cfg["name"]
+    test_size, seed = float(cfg.get("test_size", 0.25)), int(cfg.get("seed", 0))
+    if name == "csv":
+        if not cfg.get("path"):
+            raise ValueError("dataset=csv needs dataset.path=<file.csv> and dataset.target=<column>")
+        if cfg.get("target") is None:
+            raise ValueError("dataset=csv needs dataset.target=<column name or index>")
+        data = datasets.load_csv(cfg["path"], cfg["target"], features=cfg.get("columns"), task=task,
+                                 test_size=test_size, seed=seed)
+    else:
+        if name.replace(".", "_") not in datasets.names():
+            raise ValueError(f"dataset.name: unknown dataset {name!r}; choose one of {datasets.names()} "
+                             "or dataset=csv with dataset.path=...")
+        data = datasets.load(name, n_samples=int(cfg.get("n_samples", 10_000)), test_size=test_size, seed=seed,
+                             noise=float(cfg.get("noise", 0.0)))
+    if data.task != task:
+        other = "sr" if data.task == "regression" else "classification"
+        raise ValueError(f"dataset {name!r} is a {data.task} dataset; train it with task={other}")
+    return data
+
+
+class SupervisedTask(Task):
+    """Shared machinery of :class:`SRTask` and :class:`ClassificationTask`."""
+
+    maximize = False
+    score_name = "loss"
+    artifact = "model"
+    kind = ""  # "regression" | "classification"
+    name = ""  # the task's name in TASKS
+
+    def __init__(self, cfg: dict[str, Any], device: str | torch.device | None = None):
+        task = cfg["task"]
+        self.data = load_dataset(cfg.get("dataset") or {}, self.kind)
+        self.dataset_cfg = dict(cfg.get("dataset") or {})
+        self.device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device in (None, "auto")
+                                   else device)
+        self.parsimony = float(cfg["gp"].get("parsimony") or 0.0)
+        self.digits = int(task.get("digits", 4))
+        self.model_selection = task.get("model_selection") or "best"
+        if self.model_selection not in MODEL_SELECTIONS:
+            raise ValueError(f"task.model_selection must be one of {list(MODEL_SELECTIONS)}, "
+                             f"got {self.model_selection!r}")
+        X = self.data.X_train.astype(np.float32)
+        if task.get("standardize"):
+            sd = X.std(axis=0)
+            self.mean, self.std = X.mean(axis=0), np.where(sd > 0, sd, 1.0).astype(np.float32)
+        else:
+            self.mean, self.std = np.zeros(X.shape[1], np.float32), np.ones(X.shape[1], np.float32)
+        self.n_in = X.shape[1]
+        self.obs_names = list(self.data.feature_names)
+        self.max_len = int(cfg["gp"]["max_len"])
+        self.train = self._objective(self._scaled(self.data.X_train), self.data.y_train)
+        self.test = (self._objective(self._scaled(self.data.X_test), self.data.y_test)
+                     if len(self.data.X_test) else None)
+        self.n_out = self.train.n_out
+        self.archive = ParetoArchive(self.n_in, self.n_out, self.max_len, self.device)
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any], device: str | None) -> SupervisedTask:
+        return cls(cfg, device)
+
+    def _scaled(self, X: np.ndarray) -> np.ndarray:
+        # float32 arithmetic, as model.py computes (X - MEAN) / STD
+        return (X.astype(np.float32) - self.mean.astype(np.float32)) / self.std.astype(np.float32)
+
+    def _objective(self, X: np.ndarray, y: np.ndarray):
+        raise NotImplementedError
+
+    def _extra_metrics(self, tree: Population, prefix: str, objective) -> dict[str, float]:
+        return {}
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"task": self.name, "dataset": self.data.name, "n_in": self.n_in, "n_out": self.n_out,
+                "n_train": len(self.data.X_train), "dataset_seed": int(self.dataset_cfg.get("seed", 0)),
+                "test_size": float(self.dataset_cfg.get("test_size", 0.25))}
+
+    def evaluate(self, population: Population, generation: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        loss = self.train(population)
+        loss = torch.where(torch.isfinite(loss), loss, torch.full_like(loss, math.inf))
+        self.archive.update(population, loss)
+        i = int(torch.argmin(loss))
+        best = population[i]
+        finite = loss[torch.isfinite(loss)]
+        metrics: dict[str, Any] = {"best_loss": float(loss[i]),
+                                   "mean_loss": float(finite.mean()) if len(finite) else math.inf,
+                                   "best_size": int(best.lengths()[0]), **self._extra_metrics(best, "train", self.train)}
+        if self.test is not None:
+            metrics["test_loss"] = float(self.test(best)[0])
+            metrics.update(self._extra_metrics(best, "test", self.test))
+        fitness = loss
+        if self.parsimony:  # selection sees it; the archive and the metrics keep the plain loss
+            fitness = loss + self.parsimony * population.lengths().float()
+        return fitness, metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"archive_loss": self.archive.loss.cpu().clone(), "archive_trees": population_state(self.archive.trees)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.archive.loss = state["archive_loss"].to(self.device)
+        self.archive.trees = population_from_state(state["archive_trees"], self.device)
+
+    def _output_names(self) -> list[str]:
+        raise NotImplementedError
+
+    def _classes(self) -> list[Any] | None:
+        return None
+
+    def finish(self, population: Population, fitness: torch.Tensor | None, out_dir: str) -> dict[str, Any]:
+        lengths, losses, trees = self.archive.front()
+        if len(trees) == 0:
+            raise RuntimeError("no generation was evaluated (or every tree had a non-finite loss): nothing to export")
+        complexity, train_loss = lengths.cpu().numpy(), losses.cpu().numpy().astype(np.float64)
+        chosen = select_model(complexity, train_loss, self.model_selection)
+        test_loss = (self.test(trees).cpu().numpy().astype(np.float64) if self.test is not None
+                     else np.full(len(trees), math.nan))
+        score = pareto_scores(complexity, train_loss)
+        cpu = trees.to("cpu")
+        names = self.obs_names
+        front = [{"complexity": int(c), "loss": float(tl), "test_loss": float(te), "score": float(s),
+                  "selected": int(k == chosen), "equation": front_equation(cpu[k], self.mean, self.std, names,
+                                                                            self.digits)}
+                 for k, (c, tl, te, s) in enumerate(zip(complexity, train_loss, test_loss, score))]
+        tree = cpu[chosen]
+        results = {"train_loss": float(train_loss[chosen]), "tree_length": int(complexity[chosen])}
+        results.update(self._extra_metrics(trees[chosen], "train", self.train))
+        if self.test is not None:
+            results["test_loss"] = float(test_loss[chosen])
+            results.update(self._extra_metrics(trees[chosen], "test", self.test))
+        meta = {"dataset": self.data.name, "task": self.name, "metric": self.train.metric,
+                "model_selection": self.model_selection, "n_train": len(self.data.X_train),
+                "n_test": len(self.data.X_test), "dataset_config": self.dataset_cfg,
+                "ground_truth": self.data.formula, **results}
+        files = export_model(out_dir, tree, self.mean.tolist(), self.std.tolist(), names, self._output_names(),
+                             self.kind, self._classes(), meta, front, self.digits)
+        with open(files["json"]) as f:
+            formulas = json.load(f)["formulas"]
+        return {"files": files, "formulas": formulas, "dataset": self.data.name, "front_size": len(front), **results}
+
+
+class SRTask(SupervisedTask):
+    """Symbolic regression: the estimators' fused regression loss (``task.metric``: mse | mae | rmse)."""
+
+    kind, name = "regression", "sr"
+
+    def _objective(self, X: np.ndarray, y: np.ndarray) -> RegressionObjective:
+        return RegressionObjective(X, y, metric=self.metric, device=self.device)
+
+    def __init__(self, cfg: dict[str, Any], device: str | torch.device | None = None):
+        self.metric = cfg["task"].get("metric") or "mse"
+        if self.metric not in METRICS:
+            raise ValueError(f"task.metric must be one of {list(METRICS)} for task=sr, got {self.metric!r}")
+        super().__init__(cfg, device)
+
+    def _extra_metrics(self, tree: Population, prefix: str, objective) -> dict[str, float]:
+        # R^2 of the tree: 1 - MSE / Var(y) (population variance, as sklearn's r2_score)
+        y = objective.data.y
+        mse = float(tree.fitness(objective.data, metric="mse")[0])
+        var = float(y.double().var(dim=0, unbiased=False).mean())
+        return {f"{prefix}_r2": 1.0 - mse / var if var > 0 else math.nan}
+
+    def _output_names(self) -> list[str]:
+        return list(self.data.target_names)
+
+
+class ClassificationTask(SupervisedTask):
+    """Classification: softmax (sigmoid for two classes) cross-entropy of one tree output per class, as
+    :class:`gprl.SymbolicClassifier` (``task.metric``: cross_entropy | accuracy, the latter as an error rate)."""
+
+    kind, name = "classification", "classification"
+
+    def __init__(self, cfg: dict[str, Any], device: str | torch.device | None = None):
+        self.metric = cfg["task"].get("metric") or "cross_entropy"
+        if self.metric not in CLASSIFICATION_METRICS:
+            raise ValueError(f"task.metric must be one of {list(CLASSIFICATION_METRICS)} for task=classification, "
+                             f"got {self.metric!r}")
+        super().__init__(cfg, device)
+
+    def _objective(self, X: np.ndarray, y: np.ndarray) -> ClassificationObjective:
+        classes = self.data.classes
+        codes = np.searchsorted(classes, y)
+        return ClassificationObjective(X, codes, len(classes), metric=self.metric, device=self.device)
+
+    def _extra_metrics(self, tree: Population, prefix: str, objective) -> dict[str, float]:
+        # the decision rule of SymbolicClassifier.predict and model.py: logit > 0, or the arg max
+        out = tree.forward(objective.data.X)[0]
+        pred = (out[:, 0] > 0).long() if objective.n_out == 1 else out.argmax(-1)
+        return {f"{prefix}_accuracy": float(((pred == objective.y).double() * objective.w).sum())}
+
+    def _output_names(self) -> list[str]:
+        classes = self._classes()
+        return ["logit"] if len(classes) == 2 else [f"score_{c}" for c in classes]
+
+    def _classes(self) -> list[Any]:
+        return self.data.classes.tolist()
+
+
+TASKS.update({"sr": SRTask, "classification": ClassificationTask})
