@@ -44,6 +44,16 @@ BOUND = float(np.finfo(np.float32).max)
 
 
 # ---- protected functions as sympy functions: they print compactly and evaluate exactly ----
+def _floats(*args):
+    """The arguments as floats when all are numeric expressions (sin(2), 1/3, ...), else None."""
+    if not all(x.is_number for x in args):
+        return None
+    try:
+        return [float(x) for x in args]
+    except TypeError:  # e.g. complex-valued
+        return None
+
+
 class _RealFunction(sympy.Function):
     """Real for real arguments, so sympy keeps Abs/sqrt of them real instead of splitting re/im."""
 
@@ -60,8 +70,8 @@ class pdiv(_RealFunction):
     def eval(cls, a, b):
         if b.is_zero:  # exact even for a symbolic a: the kernels return 1 wherever |b| < EPS
             return sympy.Integer(1)
-        if a.is_Number and b.is_Number:
-            return sympy.Integer(1) if abs(b) < EPS else a / b
+        if (f := _floats(a, b)) is not None:
+            return sympy.Integer(1) if abs(f[1]) < EPS else a / b
         return None
 
     def _latex(self, printer):
@@ -78,8 +88,8 @@ class pinv(_RealFunction):
     def eval(cls, a):
         if a.is_zero:
             return sympy.Integer(1)
-        if a.is_Number:
-            return sympy.Integer(1) if abs(a) < EPS else 1 / a
+        if (f := _floats(a)) is not None:
+            return sympy.Integer(1) if abs(f[0]) < EPS else 1 / a
         return None
 
     def _latex(self, printer):
@@ -95,8 +105,8 @@ class plog(_RealFunction):
     def eval(cls, a):
         if a.is_zero:
             return sympy.Integer(0)
-        if a.is_Number:
-            return sympy.Integer(0) if abs(a) < EPS else sympy.log(abs(a))
+        if (f := _floats(a)) is not None:
+            return sympy.Integer(0) if abs(f[0]) < EPS else sympy.log(sympy.Abs(a))
         return None
 
     def _latex(self, printer):
@@ -110,8 +120,10 @@ class lt(_RealFunction):
 
     @classmethod
     def eval(cls, a, b):
-        if a.is_Number and b.is_Number:
-            return sympy.Integer(1 if a < b else -1)
+        if (f := _floats(a, b)) is not None:
+            return sympy.Integer(1 if f[0] < f[1] else -1)
+        if a == b:  # a < a never holds
+            return sympy.Integer(-1)
         return None
 
     def _latex(self, printer):
@@ -126,8 +138,10 @@ class gt(_RealFunction):
 
     @classmethod
     def eval(cls, a, b):
-        if a.is_Number and b.is_Number:
-            return sympy.Integer(1 if a > b else -1)
+        if (f := _floats(a, b)) is not None:
+            return sympy.Integer(1 if f[0] > f[1] else -1)
+        if a == b:  # a > a never holds
+            return sympy.Integer(-1)
         return None
 
     def _latex(self, printer):
@@ -142,8 +156,8 @@ class ifpos(_RealFunction):
 
     @classmethod
     def eval(cls, a, b, c):
-        if a.is_Number:
-            return b if a > 0 else c
+        if (f := _floats(a)) is not None:
+            return b if f[0] > 0 else c
         return None
 
     def _latex(self, printer):

@@ -96,3 +96,9 @@ def test_from_expressions_strings_names_and_errors():
 def test_unprotected_reading_form():
     pop = Population.from_expressions(["pdiv(x0, x1) + plog(x0)"])
     assert str(pop.to_sympy(0, protected=False)[0]) in ("x0/x1 + log(Abs(x0))", "log(Abs(x0)) + x0/x1")
+
+
+def test_comparisons_of_equal_arguments_fold():
+    pop = Population.from_expressions(["gt(x0, x0) + lt(x0*2, x0*2)"], n_in=1)
+    assert float(pop.to_sympy(0)[0]) == -2.0
+    torch.testing.assert_close(pop.forward(torch.tensor([[3.0]]))[0, 0, 0], torch.tensor(-2.0))
