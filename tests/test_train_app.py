@@ -19,16 +19,44 @@ TINY = ["env=hopper", "gp.population_size=12", "gp.elitism=2", "env.episode_leng
         "env.episode_schedule={start: 30, ramp_generations: 2}", "task.validation_episodes=3", "task.hall_of_fame=3"]
 
 
-def train(tmp_path: Path, run: str, *overrides: str, check: bool = True, wait: bool = True):
+def run_train(tmp_path: Path, run: str, *overrides: str, check: bool = True, wait: bool = True):
+    """`python train.py` into tmp_path/run with offline W&B; wait=False returns the running process."""
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path / "wandb_home"),
            "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0"}
-    cmd = [sys.executable, "train.py", *TINY, f"hydra.run.dir={tmp_path / run}", "progress=false", *overrides]
+    cmd = [sys.executable, "train.py", f"hydra.run.dir={tmp_path / run}", *overrides]
     if not wait:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     res = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     if check and res.returncode != 0:
         raise AssertionError(f"train.py failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
     return res
+
+
+def train(tmp_path: Path, run: str, *overrides: str, check: bool = True, wait: bool = True):
+    return run_train(tmp_path, run, *TINY, "progress=false", *overrides, check=check, wait=wait)
+
+
+def kill_and_resume(tmp_path: Path, train_fn, overrides: list[str], checkpoint: str) -> tuple[Path, Path]:
+    """Runs `full` to the end, kills `killed` with SIGKILL once `checkpoint` exists, resumes it; both dirs."""
+    train_fn(tmp_path, "full", *overrides)
+    proc = train_fn(tmp_path, "killed", *overrides, wait=False)
+    ckpt = tmp_path / "killed" / "checkpoints" / checkpoint
+    deadline = time.time() + 200
+    while not ckpt.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "killed" / "summary.json").exists(), "the run finished before it could be killed"
+    train_fn(tmp_path, "resumer", *overrides, f"resume={tmp_path / 'killed'}")
+    return tmp_path / "full", tmp_path / "killed"
+
+
+def assert_same_final_population(full: Path, resumed: Path, checkpoint: str) -> tuple[dict, dict]:
+    a = torch.load(full / "checkpoints" / checkpoint, weights_only=False)
+    b = torch.load(resumed / "checkpoints" / checkpoint, weights_only=False)
+    for k in ("kind", "code", "out", "value", "size"):
+        assert torch.equal(a["population"][k], b["population"][k])
+    return a, b
 
 
 def replay(*args: str) -> dict:
@@ -131,22 +159,9 @@ def test_offline_wandb_holds_history_and_artifacts(short_run):
 
 def test_killed_and_resumed_run_is_bit_identical(tmp_path):
     gens = ["gp.generations=6", "checkpoint_every=1", "wandb.mode=disabled", "env.episode_length=150"]
-    train(tmp_path, "full", *gens)
-    proc = train(tmp_path, "killed", *gens, wait=False)
-    ckpt = tmp_path / "killed" / "checkpoints" / "gen_000002.pt"
-    deadline = time.time() + 200
-    while not ckpt.exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not (tmp_path / "killed" / "summary.json").exists(), "the run finished before it could be killed"
-    train(tmp_path, "resumer", *gens, f"resume={tmp_path / 'killed'}")
-    full, resumed = tmp_path / "full", tmp_path / "killed"
+    full, resumed = kill_and_resume(tmp_path, train, gens, "gen_000002.pt")
     assert metrics(full) == metrics(resumed)
-    a = torch.load(full / "checkpoints" / "gen_000006.pt", weights_only=False)
-    b = torch.load(resumed / "checkpoints" / "gen_000006.pt", weights_only=False)
-    for k in ("kind", "code", "out", "value", "size"):
-        assert torch.equal(a["population"][k], b["population"][k])
+    a, b = assert_same_final_population(full, resumed, "gen_000006.pt")
     assert torch.equal(a["task"]["normalizer"]["m2"], b["task"]["normalizer"]["m2"])
     pa, pb = (json.loads((d / "policy.json").read_text()) for d in (full, resumed))
     assert pa == pb

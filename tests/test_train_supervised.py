@@ -5,17 +5,20 @@ import csv
 import importlib.util
 import itertools
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from test_train_app import ROOT, _digest, _wandb_records, metrics
+from test_train_app import (
+    _digest,
+    _wandb_records,
+    assert_same_final_population,
+    kill_and_resume,
+    metrics,
+    run_train,
+)
 from test_train_app import train as train_policy
 
 from gprl import datasets
@@ -25,14 +28,7 @@ CLF = ["task=classification", "dataset=wine", "gp.population_size=200", "wandb.m
 
 
 def train(tmp_path: Path, run: str, *overrides: str, check: bool = True, wait: bool = True):
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path / "wandb_home"), "WANDB_SILENT": "true"}
-    cmd = [sys.executable, "train.py", f"hydra.run.dir={tmp_path / run}", *overrides]
-    if not wait:
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    res = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
-    if check and res.returncode != 0:
-        raise AssertionError(f"train.py failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
-    return res
+    return run_train(tmp_path, run, *overrides, check=check, wait=wait)
 
 
 def load_module(path: Path):
@@ -113,22 +109,9 @@ def test_classification_run_reports_held_out_accuracy(tmp_path):
 
 def test_sr_killed_and_resumed_run_is_bit_identical(tmp_path):
     gens = [*SR, "gp.generations=30", "checkpoint_every=1", "gp.population_size=2000"]
-    train(tmp_path, "full", *gens)
-    proc = train(tmp_path, "killed", *gens, wait=False)
-    ckpt = tmp_path / "killed" / "checkpoints" / "gen_000003.pt"
-    deadline = time.time() + 200
-    while not ckpt.exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not (tmp_path / "killed" / "summary.json").exists(), "the run finished before it could be killed"
-    train(tmp_path, "resumer", *gens, f"resume={tmp_path / 'killed'}")
-    full, resumed = tmp_path / "full", tmp_path / "killed"
+    full, resumed = kill_and_resume(tmp_path, train, gens, "gen_000003.pt")
     assert metrics(full) == metrics(resumed)
-    a = torch.load(full / "checkpoints" / "gen_000030.pt", weights_only=False)
-    b = torch.load(resumed / "checkpoints" / "gen_000030.pt", weights_only=False)
-    for k in ("kind", "code", "out", "value", "size"):
-        assert torch.equal(a["population"][k], b["population"][k])
+    a, b = assert_same_final_population(full, resumed, "gen_000030.pt")
     assert torch.equal(a["task"]["archive_loss"], b["task"]["archive_loss"])
     for name in ("model.json", "model.py", "equations.csv"):
         assert (full / name).read_text() == (resumed / name).read_text(), name
