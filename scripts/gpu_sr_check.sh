@@ -5,7 +5,7 @@
 # (default ./gpu_out); about 6 minutes including the one-time kernel build.
 set -uo pipefail
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
-export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE:-/tmp/gprl_cache} PYTHONUNBUFFERED=1
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE:-$PWD/.gprl_cache} PYTHONUNBUFFERED=1
 nvidia-smi -L | tee "$OUT/sr_build.log"
 start=$(date +%s)
 python3 -c "import gprl.ops, gprl._build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/sr_build.log"

@@ -8,7 +8,8 @@
 #        'env.kwargs={pipeline: spring}'  task.validation_episodes=64
 # The Brax defaults (configs/env/hopper.yaml, per_backend.brax) are 16,384 trees, episodes 100 -> 1,000 steps
 # over 30 generations, 480 s of evolution, validation filling the training batch; TIME_LIMIT=480 is the full
-# 600 s target run (needs the kernel cache warm, GPRL_CACHE, to stay under the 10-minute call limit).
+# 600 s target run (needs the kernel cache warm: GPRL_CACHE defaults to .gprl_cache/ in the checkout, which survives
+# between calls on a warm machine, so build it first, e.g. with gpu_check.sh).
 #
 # Wheels (.whl/, see ../shared/GPU.md) must include, besides the simulator set, the training app's pure-Python
 # dependencies: hydra-core==1.3.8 omegaconf==2.3.1 pyyaml (cp312) tqdm and antlr4-python3-runtime==4.9.3
@@ -18,7 +19,7 @@ OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 TIME_LIMIT=${TIME_LIMIT:-330}
 RUN=${RUN:-/tmp/gprl_gpu_run}  # outside $OUT: only the files listed above come back
 rm -rf "$RUN"
-export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE:-/tmp/gprl_cache}
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE:-$PWD/.gprl_cache}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false WANDB_MODE=disabled
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >"$OUT/report.txt" 2>&1
@@ -35,9 +36,14 @@ echo "kernel build seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/report.tx
 
 # The clock of the 600 s target starts here: JAX compilation, evolution, validation and export included.
 t0=$(date +%s)
+# a copy of the metrics every 15 s, so a run cut short by the call's time limit still reports its curve
+( while sleep 15; do cp "$RUN/metrics.jsonl" "$OUT/metrics.jsonl" 2>/dev/null; done ) &
+copier=$!
 timeout $(( TIME_LIMIT + 150 )) python3 train.py env=hopper env.backend=brax wandb.mode=disabled progress=false \
   gp.time_limit="$TIME_LIMIT" hydra.run.dir="$RUN" "$@" >"$OUT/train.log" 2>&1
-echo "train.py exit $? after $(( $(date +%s) - t0 )) s (wall clock incl. compilation)" | tee -a "$OUT/report.txt"
+status=$?
+kill $copier 2>/dev/null
+echo "train.py exit $status after $(( $(date +%s) - t0 )) s (wall clock incl. compilation)" | tee -a "$OUT/report.txt"
 timeout 150 python3 scripts/replay.py "$RUN" --backend brax --episodes 10 > "$OUT/replay.json" 2>>"$OUT/train.log"
 echo "replay exit $? at $(( $(date +%s) - t0 )) s" | tee -a "$OUT/report.txt"
 tail -n 25 "$OUT/train.log"
