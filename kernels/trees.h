@@ -33,9 +33,10 @@ GPRL_HD int draw_function(Philox& rng, const float* weights, int budget) {
   return last;  // u rounded up to total
 }
 
-// Writes tree `t` (prefix order, padded) into row pointers of length max_len.
+// Writes tree `t` (prefix order) into row pointers of length max_len, zero-padded unless `pad` is false
+// (subtree mutation grows in place and overwrites the rest of its budget itself).
 GPRL_HD void generate_tree(int64_t t, const GenParams& g, const float* weights, uint8_t* kind, int16_t* code,
-                           uint8_t* out, float* value, int16_t* size) {
+                           uint8_t* out, float* value, int16_t* size, bool pad = true) {
   Philox rng(g.seed, uint64_t(t));
   int method = g.method, max_depth = g.max_depth;
   if (method == RAMPED) {  // depths cycle min..max, alternating full and grow at each depth
@@ -80,7 +81,7 @@ GPRL_HD void generate_tree(int64_t t, const GenParams& g, const float* weights, 
       size[anc_index[h]] = int16_t(i - anc_index[h]);
     }
   }
-  for (; i < g.max_len; ++i) {
+  for (; pad && i < g.max_len; ++i) {
     kind[i] = PAD; code[i] = 0; out[i] = 0; value[i] = 0.f; size[i] = 0;
   }
 }

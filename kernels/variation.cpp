@@ -38,7 +38,7 @@ Pop5 vary_cpu(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& 
       TreeOut d{ck.data_ptr<uint8_t>() + o, cc.data_ptr<int16_t>() + o, co.data_ptr<uint8_t>() + o,
                 cv.data_ptr<float>() + o, cs.data_ptr<int16_t>() + o};
       vary_tree(t, oa.data_ptr<int>()[t], a, b, Q > 0 && LD > 0, na.data_ptr<int>()[t], dna.data_ptr<int>()[t], wp,
-                p, d, 0, 1);
+                p, d, 0, 1, nullptr);
     }
   });
   return children;

@@ -48,6 +48,16 @@ GPRL_HD void lane_sync() {
 #endif
 }
 
+// The scans over a tree (counting node classes, finding the m-th one, depths) are where a child's time went
+// when every lane walked them alone (latency-bound chains of loads). With a whole warp on a child (nl == 32)
+// the lanes split them and combine with ballots and shuffles; every lane gets the same answer, so the
+// decisions stay identical to the CPU's sequential loops.
+constexpr int WARP_LANES = 32;
+#if defined(__CUDA_ARCH__)
+#define GPRL_WARP_COOP(nl) ((nl) == WARP_LANES)
+__device__ __forceinline__ unsigned warp_ballot(bool x) { return __ballot_sync(0xffffffffu, x); }
+#endif
+
 // ---- node classes and node picking ----
 enum NodeClass : int { ANY_NODE = 0, FUNC_NODE, LEAF_NODE, CONST_NODE };
 
@@ -61,45 +71,107 @@ GPRL_HD bool in_class(uint8_t kind, int cls) {
   }
 }
 
-GPRL_HD int count_class(const TreeRef& a, int len, int cls) {
+GPRL_HD int count_class(const TreeRef& a, int len, int cls, int lane, int nl) {
   if (cls == ANY_NODE) return len;
+#if defined(__CUDA_ARCH__)
+  if (GPRL_WARP_COOP(nl)) {
+    int n = 0;
+    for (int base = 0; base < len; base += WARP_LANES)
+      n += __popc(warp_ballot(base + lane < len && in_class(a.kind[base + lane], cls)));
+    return n;
+  }
+#endif
   int n = 0;
   for (int i = 0; i < len; ++i) n += in_class(a.kind[i], cls);
   return n;
 }
 
 // Index of the m-th node (0-based) of class `cls`.
-GPRL_HD int nth_of_class(const TreeRef& a, int len, int cls, int m) {
+GPRL_HD int nth_of_class(const TreeRef& a, int len, int cls, int m, int lane, int nl) {
   if (cls == ANY_NODE) return m;
+#if defined(__CUDA_ARCH__)
+  if (GPRL_WARP_COOP(nl)) {
+    for (int base = 0; base < len; base += WARP_LANES) {
+      unsigned hits = warp_ballot(base + lane < len && in_class(a.kind[base + lane], cls));
+      const int c = __popc(hits);
+      if (m < c) {
+        for (; m > 0; --m) hits &= hits - 1;  // drop the m lowest hits
+        return base + __ffs(hits) - 1;
+      }
+      m -= c;
+    }
+    return len - 1;
+  }
+#endif
   for (int i = 0; i < len; ++i)
     if (in_class(a.kind[i], cls) && m-- == 0) return i;
   return len - 1;  // unreachable when m < count_class
 }
 
 // A uniformly drawn node of class `cls`, or -1 if the tree has none.
-GPRL_HD int pick_of_class(Philox& rng, const TreeRef& a, int len, int cls) {
-  int n = count_class(a, len, cls);
-  return n > 0 ? nth_of_class(a, len, cls, rng.below(n)) : -1;
+GPRL_HD int pick_of_class(Philox& rng, const TreeRef& a, int len, int cls, int lane, int nl) {
+  int n = count_class(a, len, cls, lane, nl);
+  return n > 0 ? nth_of_class(a, len, cls, rng.below(n), lane, nl) : -1;
 }
 
 // Crossover point: uniform over all nodes (leaf_prob < 0), else a leaf with probability leaf_prob and a
 // function node otherwise (Koza's 90/10 rule is leaf_prob = 0.1); falls back to a leaf without functions.
-GPRL_HD int pick_crossover_node(Philox& rng, const TreeRef& a, int len, float leaf_prob) {
+GPRL_HD int pick_crossover_node(Philox& rng, const TreeRef& a, int len, float leaf_prob, int lane, int nl) {
   if (leaf_prob < 0.f) return rng.below(len);
-  int nf = count_class(a, len, FUNC_NODE);
+  int nf = count_class(a, len, FUNC_NODE, lane, nl);
   bool leaf = nf == 0 || rng.uniform() < leaf_prob;
-  return leaf ? nth_of_class(a, len, LEAF_NODE, rng.below(len - nf)) : nth_of_class(a, len, FUNC_NODE, rng.below(nf));
+  return leaf ? nth_of_class(a, len, LEAF_NODE, rng.below(len - nf), lane, nl)
+              : nth_of_class(a, len, FUNC_NODE, rng.below(nf), lane, nl);
 }
 
 // Depth of node k: the number of its ancestors (nodes i < k whose subtree covers k).
-GPRL_HD int depth_of(const int16_t* size, int k) {
+GPRL_HD int depth_of(const int16_t* size, int k, int lane, int nl) {
+#if defined(__CUDA_ARCH__)
+  if (GPRL_WARP_COOP(nl)) {
+    int d = 0;
+    for (int base = 0; base < k; base += WARP_LANES) {
+      const int i = base + lane;
+      d += __popc(warp_ballot(i < k && i + size[i] > k));
+    }
+    return d;
+  }
+#endif
   int d = 0;
   for (int i = 0; i < k; ++i) d += i + size[i] > k;
   return d;
 }
 
-// Whether the tree has a node deeper than `limit` (<= MAX_GEN_DEPTH); stops at the first such node.
-GPRL_HD bool depth_exceeds(const int16_t* size, int limit) {
+// Whether the tree (of at most max_len nodes) has a node deeper than `limit` (<= MAX_GEN_DEPTH).
+// A warp uses depth(i) = i - #{m : m + size[m] <= i} (the nodes before i whose subtree closed by i): a
+// histogram of subtree ends in `hist` (max_len + 1 ints of shared memory) and one scan, instead of the
+// sequential stack walk below, which stops at the first node that is too deep.
+GPRL_HD bool depth_exceeds(const int16_t* size, int limit, int max_len, int lane, int nl, int* hist) {
+#if defined(__CUDA_ARCH__)
+  if (GPRL_WARP_COOP(nl)) {
+    const int len = min(max(int(size[0]), 0), max_len);
+    for (int e = lane; e <= len; e += WARP_LANES) hist[e] = 0;
+    __syncwarp();
+    for (int m = lane; m < len; m += WARP_LANES) atomicAdd(&hist[min(max(m + size[m], 0), len)], 1);
+    __syncwarp();
+    // each lane scans a contiguous chunk; an exclusive scan of the chunk sums gives its starting count
+    const int chunk = (len + WARP_LANES - 1) / WARP_LANES, lo = min(lane * chunk, len), hi = min(lo + chunk, len);
+    int sum = 0;
+    for (int e = lo; e < hi; ++e) sum += hist[e];
+    int before = sum;
+    for (int off = 1; off < WARP_LANES; off <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, before, off);
+      if (lane >= off) before += v;
+    }
+    int closed = before - sum, deepest = 0;
+    for (int i = lo; i < hi; ++i) {
+      closed += hist[i];
+      deepest = max(deepest, i - closed);
+    }
+    for (int off = WARP_LANES / 2; off > 0; off >>= 1) deepest = max(deepest, __shfl_xor_sync(0xffffffffu, deepest, off));
+    __syncwarp();  // hist is free again
+    return deepest > limit;
+  }
+#endif
   int16_t ends[MAX_GEN_DEPTH + 2];
   int len = size[0], h = 0;
   for (int i = 0; i < len; ++i) {
@@ -121,8 +193,32 @@ GPRL_HD void copy_range(const TreeOut& d, int at, const TreeRef& s, int from, in
     put_node(d, at + i, s.kind[from + i], s.code[from + i], s.out[from + i], s.value[from + i], s.size[from + i]);
 }
 
+// Zeroes p[from, to). A warp writes 16 bytes a lane between a scalar head and tail: padding is most of a
+// child's bytes (max_len >> mean length), and one byte a lane left the stores far from the bandwidth.
+template <typename T>
+GPRL_HD void zero_fill(T* p, int from, int to, int lane, int nl) {
+#if defined(__CUDA_ARCH__)
+  if (GPRL_WARP_COOP(nl) && from < to) {
+    constexpr int per = 16 / sizeof(T);
+    const int head = int((16 - (reinterpret_cast<uintptr_t>(p + from) & 15)) & 15) / int(sizeof(T));
+    const int a = min(from + head, to), nvec = (to - a) / per;
+    for (int i = from + lane; i < a; i += nl) p[i] = T(0);
+    uint4* v = reinterpret_cast<uint4*>(p + a);
+    for (int i = lane; i < nvec; i += nl) v[i] = make_uint4(0u, 0u, 0u, 0u);
+    for (int i = a + nvec * per + lane; i < to; i += nl) p[i] = T(0);
+    return;
+  }
+#endif
+  for (int i = from + lane; i < to; i += nl) p[i] = T(0);
+}
+
 GPRL_HD void zero_range(const TreeOut& d, int from, int to, int lane, int nl) {
-  for (int i = from + lane; i < to; i += nl) put_node(d, i, PAD, 0, 0, 0.f, 0);
+  static_assert(PAD == 0, "padding is all-zero bytes");
+  zero_fill(d.kind, from, to, lane, nl);
+  zero_fill(d.code, from, to, lane, nl);
+  zero_fill(d.out, from, to, lane, nl);
+  zero_fill(d.value, from, to, lane, nl);
+  zero_fill(d.size, from, to, lane, nl);
 }
 
 GPRL_HD void copy_tree(const TreeOut& d, const TreeRef& s, int L, int lane, int nl) {
@@ -193,8 +289,9 @@ GPRL_HD void perturb_constant(Philox& rng, const TreeRef& a, int i, const VaryPa
 
 // Writes child `t` of parent `a` (and donor `b` for exchange/crossover) into `d`. `node`/`dnode` are the
 // exchange points of OP_EXCHANGE. A child that would exceed max_len or max_depth is a copy of `a`.
+// `hist` is the depth check's scratch on CUDA (max_len + 1 ints a warp); unused on the CPU.
 GPRL_HD void vary_tree(int64_t t, int op, const TreeRef& a, const TreeRef& b, bool has_donor, int node, int dnode,
-                       const float* w, const VaryParams& p, const TreeOut& d, int lane, int nl) {
+                       const float* w, const VaryParams& p, const TreeOut& d, int lane, int nl, int* hist) {
   Philox rng(p.seed, uint64_t(t));
   const int L = p.max_len, len = a.size[0];
   bool done = false, grows = false;
@@ -204,8 +301,8 @@ GPRL_HD void vary_tree(int64_t t, int op, const TreeRef& a, const TreeRef& b, bo
       if (!has_donor) break;
       int blen = b.size[0], k = node, j = dnode;
       if (op == OP_CROSSOVER) {
-        k = pick_crossover_node(rng, a, len, p.xo_leaf_prob);
-        j = pick_crossover_node(rng, b, blen, p.xo_leaf_prob);
+        k = pick_crossover_node(rng, a, len, p.xo_leaf_prob, lane, nl);
+        j = pick_crossover_node(rng, b, blen, p.xo_leaf_prob, lane, nl);
       }
       if (k < 0 || k >= len || j < 0 || j >= blen) break;
       int old = a.size[k], mid = b.size[j];
@@ -219,14 +316,14 @@ GPRL_HD void vary_tree(int64_t t, int op, const TreeRef& a, const TreeRef& b, bo
       int k = rng.below(len), old = a.size[k];
       int depth = p.subtree_depth;
       if (p.max_depth > 0) {
-        int room = p.max_depth - depth_of(a.size, k);
+        int room = p.max_depth - depth_of(a.size, k, lane, nl);
         depth = room < depth ? (room < 0 ? 0 : room) : depth;
       }
-      // grown in place at k with a budget that leaves room for the suffix; it pads the rest of its
-      // budget, which the suffix and padding below overwrite after the sync
+      // grown in place at k with a budget that leaves room for the suffix, unpadded: the suffix and the
+      // padding written below after the sync cover the rest
       GenParams g{L - (len - old), p.n_in, p.n_out, GROW, 0, depth, p.leaf_prob, p.const_prob, p.const_low,
                   p.const_high, p.output_prob, p.seed ^ 0x9E3779B97F4A7C15ull};
-      generate_tree(t, g, w, d.kind + k, d.code + k, d.out + k, d.value + k, d.size + k);
+      generate_tree(t, g, w, d.kind + k, d.code + k, d.out + k, d.value + k, d.size + k, /*pad=*/false);
       lane_sync();
       splice_frame(d, a, len, k, old, d.size[k], L, lane, nl);
       done = grows = true;
@@ -234,7 +331,7 @@ GPRL_HD void vary_tree(int64_t t, int op, const TreeRef& a, const TreeRef& b, bo
     }
     case OP_HOIST:
     case OP_DELETE: {
-      int k = pick_of_class(rng, a, len, FUNC_NODE);
+      int k = pick_of_class(rng, a, len, FUNC_NODE, lane, nl);
       if (k < 0) break;
       int old = a.size[k], j = k + 1;
       if (op == OP_HOIST) {
@@ -284,13 +381,13 @@ GPRL_HD void vary_tree(int64_t t, int op, const TreeRef& a, const TreeRef& b, bo
         for (int i = 0; i < len; ++i)
           if (rng.uniform() < p.multi_prob) point_change(rng, a, i, w, p, d);
       } else if (op == OP_CONSTANT) {
-        int k = pick_of_class(rng, a, len, CONST_NODE);
+        int k = pick_of_class(rng, a, len, CONST_NODE, lane, nl);
         if (k >= 0) perturb_constant(rng, a, k, p, d);
       } else if (op == OP_MULTICONSTANT) {
         for (int i = 0; i < len; ++i)
           if ((a.kind[i] & KIND_MASK) == CONST && rng.uniform() < p.multi_prob) perturb_constant(rng, a, i, p, d);
       } else {  // OP_OUTPUT: a Modi node is cleared or redirected, a plain function node becomes one
-        int k = pick_of_class(rng, a, len, FUNC_NODE);
+        int k = pick_of_class(rng, a, len, FUNC_NODE, lane, nl);
         if (k < 0 || p.n_out < 2) break;
         if (a.kind[k] & OUTPUT_FLAG) {
           if (rng.uniform() < 0.5f) {
@@ -313,7 +410,7 @@ GPRL_HD void vary_tree(int64_t t, int op, const TreeRef& a, const TreeRef& b, bo
     copy_tree(d, a, L, lane, nl);
   } else if (grows && p.max_depth > 0) {
     lane_sync();
-    bool deep = depth_exceeds(d.size, p.max_depth);
+    bool deep = depth_exceeds(d.size, p.max_depth, L, lane, nl, hist);
     lane_sync();
     if (deep) copy_tree(d, a, L, lane, nl);
   }

@@ -22,6 +22,7 @@ __global__ void __launch_bounds__(VARY_THREADS, 8) vary_kernel(const uint8_t* ki
                             const int* dnode, const float* weights, VaryParams p, int64_t N, uint8_t* ck,
                             int16_t* cc, uint8_t* co, float* cv, int16_t* cs) {
   __shared__ float w[NUM_FUNCTIONS];
+  extern __shared__ int hist[];  // the depth check's scratch: max_len + 1 ints a warp
   for (int f = threadIdx.x; f < NUM_FUNCTIONS; f += blockDim.x) w[f] = weights[f];
   __syncthreads();
   const int64_t t = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / VARY_WARP;
@@ -34,7 +35,8 @@ __global__ void __launch_bounds__(VARY_THREADS, 8) vary_kernel(const uint8_t* ki
   TreeRef b{dkind + ib, dcode + ib, dout + ib, dvalue + ib, dsize + ib};
   const int64_t o = t * L;
   TreeOut d{ck + o, cc + o, co + o, cv + o, cs + o};
-  vary_tree(t, op[t], a, b, Q > 0 && LD > 0, node[t], dnode[t], w, p, d, lane, VARY_WARP);
+  vary_tree(t, op[t], a, b, Q > 0 && LD > 0, node[t], dnode[t], w, p, d, lane, VARY_WARP,
+            hist + (threadIdx.x / VARY_WARP) * (L + 1));
 }
 
 __global__ void uniform_kernel(int64_t n, uint64_t seed, float* u) {
@@ -66,7 +68,10 @@ Pop5 vary_cuda(const at::Tensor& kind, const at::Tensor& code, const at::Tensor&
   at::Tensor w = weights.contiguous(), pa = parent.contiguous(), da = donor.contiguous(), oa = op.contiguous(),
              na = node.contiguous(), dna = dnode.contiguous();
   constexpr int per_block = VARY_THREADS / VARY_WARP;
-  vary_kernel<<<vary_blocks(N, per_block), VARY_THREADS, 0, c10::cuda::getCurrentCUDAStream()>>>(
+  const size_t smem = size_t(per_block) * (L + 1) * sizeof(int);
+  if (smem > 48 * 1024)  // long trees (max_len > ~3000)
+    C10_CUDA_CHECK(cudaFuncSetAttribute(vary_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  vary_kernel<<<vary_blocks(N, per_block), VARY_THREADS, smem, c10::cuda::getCurrentCUDAStream()>>>(
       kind.data_ptr<uint8_t>(), code.data_ptr<int16_t>(), out.data_ptr<uint8_t>(), value.data_ptr<float>(),
       size.data_ptr<int16_t>(), P, dkind.data_ptr<uint8_t>(), dcode.data_ptr<int16_t>(), dout.data_ptr<uint8_t>(),
       dvalue.data_ptr<float>(), dsize.data_ptr<int16_t>(), Q, int(LD), pa.data_ptr<int64_t>(),
