@@ -339,15 +339,20 @@ def measure_cell(engine, shared: Population, perm: np.ndarray, X, y, repeats: in
     """Seconds for one SR-fitness evaluation of the whole population, measured or extrapolated."""
     P, D = len(shared), X.shape[0]
     data = engine.data(X, y)
-    # probe: a few trees, to decide between timing the whole population and extrapolating
+    # probe: enough trees for ~50 ms (a fixed per-call cost must not look like per-tree cost), to decide
+    # between timing the whole population and extrapolating from subsets
     n = min(P, 8)
-    trees, sizes = engine.trees(shared, perm[:n])
-    engine.evaluate(trees[:1], data)  # warm-up (kernel caches, allocator, lazy imports)
-    sync(engine.device)
-    t0 = time.perf_counter()
-    engine.evaluate(trees, data)
-    sync(engine.device)
-    probe = time.perf_counter() - t0
+    while True:
+        trees, sizes = engine.trees(shared, perm[:n])
+        engine.evaluate(trees[:1], data)  # warm-up (kernel caches, allocator, lazy imports)
+        sync(engine.device)
+        t0 = time.perf_counter()
+        engine.evaluate(trees, data)
+        sync(engine.device)
+        probe = time.perf_counter() - t0
+        if probe >= 0.05 or n == P or probe * P / n * 2 <= budget:
+            break
+        n = min(P, n * 4)
     full_estimate = probe * P / n
     if full_estimate * 2 <= budget or n == P:
         trees, sizes = engine.trees(shared, perm)
@@ -358,11 +363,11 @@ def measure_cell(engine, shared: Population, perm: np.ndarray, X, y, repeats: in
     # subsets: the largest power-of-two multiple of the probe whose timing (warm-up + 2 calls) fits a third
     # of the budget, and half of it; linear cost per node-row between the two allows extrapolation
     per_tree = probe / n
-    n1 = n
+    if per_tree * 2 * 3 > budget:  # even 1 and 2 trees (warm-up + 2 calls each) would pass the budget
+        return {"skipped": f"one tree over {D} rows takes ~{per_tree:.3g} s: too slow for the {budget} s budget"}
+    n1 = 2
     while n1 * 2 <= P and per_tree * n1 * 2 * 3 <= budget / 3:
         n1 *= 2
-    if n1 < 2:
-        return {"skipped": f"one tree over {D} rows takes {probe:.3g} s; over the {budget} s budget"}
     rates = []
     for m in (n1 // 2, n1):
         trees, sizes = engine.trees(shared, perm[:m])
@@ -837,7 +842,8 @@ def main(argv=None) -> dict:
         "benchmark": "compare",
         "created": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "threads": args.threads, "gpu": gpu,
-                    "platform": platform.platform(), "python": platform.python_version()},
+                    "platform": platform.platform(), "python": platform.python_version(),
+                    "load_average_at_start": [round(v, 2) for v in os.getloadavg()]},
         "versions": {"torch": torch.__version__, "numpy": np.__version__,
                      **{n: engine_version(n) for n in ENGINES if n not in skipped}},
         "skipped_engines": skipped,
@@ -860,6 +866,8 @@ def main(argv=None) -> dict:
     if not args.no_runs:
         run_engines = [e for e in (args.run_engines or engines) if e in engines]
         doc["runs"]["results"] = run_full(run_engines, args, log)
+    # other jobs on a shared machine take cores from the timed ones: the load says how much to trust figures
+    doc["machine"]["load_average_at_end"] = [round(v, 2) for v in os.getloadavg()]
     merge(doc, args.merge)
     doc["cpu_vs_pyoperon"] = cpu_vs_pyoperon(doc["grid"]["results"])
     text = json.dumps(doc, indent=1)
