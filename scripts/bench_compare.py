@@ -178,7 +178,9 @@ class PyoperonEngine:
         return out, np.array([t.Length for t in out])
 
     def data(self, X: np.ndarray, y: np.ndarray):
-        ds = self.op.Dataset(np.asfortranarray(np.column_stack([X, y]).astype(np.float32)))
+        values = np.asfortranarray(np.column_stack([X, y]).astype(np.float32))
+        ds = self.op.Dataset(values)  # a float32 Fortran array is referenced, not copied: keep it alive
+        self._keep = (values, ds)
         if self.problem is None:
             self._setup(ds)
         D = X.shape[0]
@@ -518,7 +520,8 @@ def run_pyoperon(data, a) -> dict:
 
     Xtr, ytr, Xte, yte = data
     n_in = Xtr.shape[1]
-    ds = op.Dataset(np.asfortranarray(np.column_stack([Xtr, ytr]).astype(np.float32)))
+    values = np.asfortranarray(np.column_stack([Xtr, ytr]).astype(np.float32))
+    ds = op.Dataset(values)  # references `values` (float32, Fortran order): it must outlive the run
     variables = sorted(ds.Variables, key=lambda v: v.Index)
     problem = op.Problem(ds)
     problem.TrainingRange = op.Range(0, ds.Rows)
@@ -578,8 +581,9 @@ def run_pyoperon(data, a) -> dict:
     best = gp.BestModel.Genotype
 
     def pred(X):
-        d = op.Dataset(np.asfortranarray(X.astype(np.float32)))
-        return op.Evaluate(dtable, best, d, op.Range(0, d.Rows))
+        v = np.asfortranarray(X.astype(np.float32))
+        d = op.Dataset(v)
+        return op.Evaluate(dtable, best, d, op.Range(0, d.Rows)).copy()
 
     return {"seconds": seconds, "generations": len(sizes), "mean_size": statistics.fmean(sizes),
             "train_mse": _mse(pred(Xtr), ytr), "test_mse": _mse(pred(Xte), yte), "best_size": best.Length,
