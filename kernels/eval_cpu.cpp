@@ -1,8 +1,9 @@
 // CPU evaluation: trees are interpreted once per chunk of rows, so the per-node dispatch is amortised
-// over CHUNK rows and the inner loops over rows vectorise.
+// over CHUNK rows and the inner loops over rows vectorise. The evaluation stack holds pointers: a variable
+// is read where it lies in X (no copy) and a function writes into the buffer of its stack slot, which may be
+// one of its own arguments (element r is read before it is written), so no node copies its values.
 #include <ATen/Parallel.h>
 
-#include <cstring>
 #include <vector>
 
 #include "nodes.h"
@@ -29,7 +30,8 @@ TreeView tree_at(const at::Tensor& kind, const at::Tensor& code, const at::Tenso
           value.data_ptr<float>() + o, len};
 }
 
-void apply_rows(int fn, int n, const float* a, const float* b, const float* c, float* __restrict dst) {
+// dst may alias a, b or c (same row index): no __restrict.
+void apply_rows(int fn, int n, const float* a, const float* b, const float* c, float* dst) {
   switch (fn) {
 #define GPRL_CASE(F) \
   case F: for (int r = 0; r < n; ++r) dst[r] = apply(F, a[r], b[r], c[r]); break;
@@ -39,39 +41,57 @@ void apply_rows(int fn, int n, const float* a, const float* b, const float* c, f
   }
 }
 
+// Per-thread scratch of one evaluation: a buffer of CHUNK floats per stack slot (plus one for Modi values)
+// and the stack of pointers to each slot's current values.
+struct Scratch {
+  std::vector<float> buf;
+  std::vector<const float*> slot;
+  explicit Scratch(int64_t max_stack)
+      : buf((std::max<int64_t>(max_stack, 1) + 1) * CHUNK), slot(std::max<int64_t>(max_stack, 1)) {}
+  float* own(int i) { return buf.data() + int64_t(i) * CHUNK; }
+  float* modi() { return buf.data() + int64_t(slot.size()) * CHUNK; }
+};
+
 // Evaluates `n` rows of one tree. Column v of the inputs starts at x + v * ld. Each Modi node and a
-// non-Modi root call emit(output_index, values[n]). `stack` holds max_stack * CHUNK floats.
+// non-Modi root call emit(output_index, values[n]).
 template <typename Emit>
-void eval_chunk(const TreeView& t, const float* x, int64_t ld, int64_t n_in, int64_t n_out, int n, float* stack,
+void eval_chunk(const TreeView& t, const float* x, int64_t ld, int64_t n_in, int64_t n_out, int n, Scratch& s,
                 int max_stack, Emit&& emit) {
-  float tmp[CHUNK];
+  const float** stack = s.slot.data();
   int sp = 0;
   for (int i = t.len - 1; i >= 0; --i) {
     uint8_t k = t.kind[i] & KIND_MASK;
     if (k == FUNC) {
       int fn = t.code[i], ar = arity(fn);
       TORCH_CHECK(sp >= ar, "gprl: malformed tree (a function node lacks children); check it with gprl.validate");
-      float* a = stack + (sp - 1) * CHUNK;
-      float* b = ar >= 2 ? stack + (sp - 2) * CHUNK : a;
-      float* c = ar >= 3 ? stack + (sp - 3) * CHUNK : a;
-      apply_rows(fn, n, a, b, c, tmp);
-      sp -= ar - 1;
-      float* dst = stack + (sp - 1) * CHUNK;  // the last child's slot
+      const float* a = stack[sp - 1];
+      const float* b = ar >= 2 ? stack[sp - 2] : a;
+      const float* c = ar >= 3 ? stack[sp - 3] : a;
+      sp -= ar - 1;  // the result takes the last child's slot
       if (t.kind[i] & OUTPUT_FLAG) {
         TORCH_CHECK(t.out[i] < n_out, "gprl: output index ", int(t.out[i]), " >= n_out ", n_out);
-        emit(int(t.out[i]), tmp);
-      }  // Modi: the last child's value passes up
-      else std::memcpy(dst, tmp, sizeof(float) * n);
+        float* v = s.modi();
+        apply_rows(fn, n, a, b, c, v);
+        emit(int(t.out[i]), v);
+      } else {  // Modi: the last child's value passes up (its slot is left as it is)
+        float* dst = s.own(sp - 1);
+        apply_rows(fn, n, a, b, c, dst);
+        stack[sp - 1] = dst;
+      }
       continue;
     }
     TORCH_CHECK(sp < max_stack, "gprl: evaluation stack overflow (max_stack too small)");
-    float* dst = stack + sp * CHUNK;
-    if (k == VAR) TORCH_CHECK(t.code[i] >= 0 && t.code[i] < n_in, "gprl: variable index ", t.code[i], " >= n_in ", n_in);
-    if (k == VAR) std::memcpy(dst, x + int64_t(t.code[i]) * ld, sizeof(float) * n);
-    else for (int r = 0; r < n; ++r) dst[r] = t.value[i];  // CONST (PAD never lies inside a tree)
+    if (k == VAR) {
+      TORCH_CHECK(t.code[i] >= 0 && t.code[i] < n_in, "gprl: variable index ", t.code[i], " >= n_in ", n_in);
+      stack[sp] = x + int64_t(t.code[i]) * ld;
+    } else {  // CONST (PAD never lies inside a tree)
+      float* dst = s.own(sp);
+      for (int r = 0; r < n; ++r) dst[r] = t.value[i];
+      stack[sp] = dst;
+    }
     ++sp;
   }
-  if (t.len > 0 && !(t.kind[0] & OUTPUT_FLAG)) emit(0, stack);
+  if (t.len > 0 && !(t.kind[0] & OUTPUT_FLAG)) emit(0, stack[0]);
 }
 
 at::Tensor forward_cpu(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,
@@ -86,12 +106,12 @@ at::Tensor forward_cpu(const at::Tensor& kind, const at::Tensor& code, const at:
   float* yp = Y.data_ptr<float>();
   int64_t chunks = (D + CHUNK - 1) / CHUNK;
   at::parallel_for(0, P * chunks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> stack(std::max<int64_t>(max_stack, 1) * CHUNK);
+    Scratch scratch(max_stack);
     for (int64_t job = begin; job < end; ++job) {
       int64_t t = job / chunks, r0 = (job % chunks) * CHUNK;
       int n = int(std::min<int64_t>(CHUNK, D - r0));
       float* y = yp + (t * D + r0) * n_out;
-      eval_chunk(tree_at(kind, code, out, value, size, t), xp + r0, D, n_in, n_out, n, stack.data(), int(max_stack),
+      eval_chunk(tree_at(kind, code, out, value, size, t), xp + r0, D, n_in, n_out, n, scratch, int(max_stack),
                  [&](int k, const float* v) { for (int r = 0; r < n; ++r) y[r * n_out + k] += v[r]; });
     }
   });
@@ -112,12 +132,12 @@ at::Tensor forward_batched_cpu(const at::Tensor& kind, const at::Tensor& code, c
   float* yp = Y.data_ptr<float>();
   int64_t chunks = (B + CHUNK - 1) / CHUNK;
   at::parallel_for(0, P * chunks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> stack(std::max<int64_t>(max_stack, 1) * CHUNK);
+    Scratch scratch(max_stack);
     for (int64_t job = begin; job < end; ++job) {
       int64_t t = job / chunks, r0 = (job % chunks) * CHUNK;
       int n = int(std::min<int64_t>(CHUNK, B - r0));
       float* y = yp + (t * B + r0) * n_out;
-      eval_chunk(tree_at(kind, code, out, value, size, t), xp + t * n_in * B + r0, B, n_in, n_out, n, stack.data(),
+      eval_chunk(tree_at(kind, code, out, value, size, t), xp + t * n_in * B + r0, B, n_in, n_out, n, scratch,
                  int(max_stack),
                  [&](int k, const float* v) { for (int r = 0; r < n; ++r) y[r * n_out + k] += v[r]; });
     }
@@ -138,7 +158,8 @@ at::Tensor fitness_cpu(const at::Tensor& kind, const at::Tensor& code, const at:
   int64_t chunks = (D + CHUNK - 1) / CHUNK, blocks = (chunks + BLOCK_CHUNKS - 1) / BLOCK_CHUNKS;
   std::vector<double> partial(P * blocks * n_out, 0.0);
   at::parallel_for(0, P * blocks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> stack(std::max<int64_t>(max_stack, 1) * CHUNK), pred(n_out * CHUNK);
+    Scratch scratch(max_stack);
+    std::vector<float> pred(n_out * CHUNK);
     for (int64_t job = begin; job < end; ++job) {
       int64_t t = job / blocks, blk = job % blocks;
       TreeView tree = tree_at(kind, code, out, value, size, t);
@@ -147,7 +168,7 @@ at::Tensor fitness_cpu(const at::Tensor& kind, const at::Tensor& code, const at:
         int64_t r0 = ch * CHUNK;
         int n = int(std::min<int64_t>(CHUNK, D - r0));
         std::fill(pred.begin(), pred.end(), 0.f);
-        eval_chunk(tree, xp + r0, D, n_in, n_out, n, stack.data(), int(max_stack),
+        eval_chunk(tree, xp + r0, D, n_in, n_out, n, scratch, int(max_stack),
                    [&](int k, const float* v) { for (int r = 0; r < n; ++r) pred[k * CHUNK + r] += v[r]; });
         for (int64_t k = 0; k < n_out; ++k) {
           double s = 0.0;  // double: squared errors of float32 predictions may exceed float32's range
