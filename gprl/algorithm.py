@@ -54,21 +54,13 @@ class ParetoArchive:
             lambda t: t.new_zeros((max_len + 1, max_len)))
 
     def update(self, population: Population, loss: torch.Tensor) -> None:
-        L1, P = len(self.loss), len(population)
-        if P == 0:
+        """For each tree length, the population's lowest finite loss (lowest index among equals) replaces the
+        archived tree when strictly lower: one ``gprl::archive_update`` (new tensors; nothing is modified)."""
+        if len(population) == 0:
             return
-        length = population.lengths()
-        best = torch.full_like(self.loss, float("inf")).scatter_reduce(0, length, loss, "amin")
-        # the lowest index reaching each length's best (deterministic), then replace where improved
-        hit = torch.isfinite(loss) & (loss == best[length])
-        idx = torch.arange(P, device=loss.device)
-        first = torch.full((L1,), P, device=loss.device).scatter_reduce(0, length, torch.where(hit, idx, P), "amin")
-        take = (best < self.loss) & (first < P)
-        rows = first.clamp(max=P - 1)
-        self.trees = Population(*(torch.where(take[:, None], t[rows], a) for t, a in
-                                  zip(population.tensors(), self.trees.tensors())),
-                                n_in=population.n_in, n_out=population.n_out)
-        self.loss = torch.where(take, best, self.loss)
+        *trees, self.loss = ops.archive_update(*self.trees.tensors(), self.loss, *population.tensors(),
+                                               loss.float().contiguous())
+        self.trees = Population(*trees, n_in=population.n_in, n_out=population.n_out)
 
     def front(self) -> tuple[torch.Tensor, torch.Tensor, Population]:
         """(lengths, losses, trees) of the Pareto front of length vs loss, shortest first (host sync)."""
@@ -143,6 +135,7 @@ class GeneticProgramming:
                                       device=self.device)
         self._op_cdf = torch.tensor(np.cumsum([rates[k] for k in names]), dtype=torch.float32,
                                     device=self.device)
+        self._zeros = torch.zeros(self.pop_size, dtype=torch.int32, device=self.device)
 
     def init(self) -> Population:
         """A random initial population (``init_method`` over depths ``init_depth``)."""
@@ -197,8 +190,8 @@ class GeneticProgramming:
         op = self._op_codes[torch.searchsorted(self._op_cdf, u, right=True)]
         parent = torch.cat([elites, parent])
         donor = torch.cat([elites, donor])
-        op = torch.cat([torch.zeros(self.elitism, dtype=torch.int32, device=self.device), op])
-        zeros = torch.zeros(self.pop_size, dtype=torch.int32, device=self.device)
+        zeros = self._zeros  # elites are copies (op 0); the exchange points are unused
+        op = torch.cat([zeros[: self.elitism], op])
         p = self.params
         lo, hi = (float(c) for c in p.const_range)
         xo = -1.0 if p.crossover_leaf_prob is None else float(p.crossover_leaf_prob)

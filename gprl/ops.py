@@ -61,6 +61,16 @@ def _vary_fake(kind, code, out, value, size, donor_kind, donor_code, donor_out, 
     return _children_fake(kind, parent.shape[0])
 
 
+@torch.library.register_fake("gprl::tournament")
+def _tournament_fake(loss, n, size, seed):
+    return loss.new_empty((n,), dtype=torch.int64)
+
+
+@torch.library.register_fake("gprl::archive_update")
+def _archive_update_fake(akind, acode, aout, avalue, asize, aloss, kind, code, out, value, size, loss):
+    return tuple(torch.empty_like(t) for t in (akind, acode, aout, avalue, asize, aloss))
+
+
 @torch.library.register_fake("gprl::uniform")
 def _uniform_fake(like, n, seed):
     return like.new_empty((n,), dtype=torch.float32)

@@ -64,9 +64,8 @@ def tournament(fitness: torch.Tensor, n: int, size: int = 7, *, maximize: bool =
     _check_n(n, len(loss))
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"tournament size must be an integer >= 1, got {size!r}")
-    contestants = _draw(_uniform(loss, n * size, seed), len(loss)).view(n, size)
-    winner = loss[contestants].argmin(dim=1, keepdim=True)  # first minimum: deterministic ties
-    return contestants.gather(1, winner).squeeze(1)
+    # one gprl::tournament launch: contestant j of tournament i is _draw(uniform i * size + j)
+    return ops.tournament(loss.contiguous(), n, size, _seed_from(seed))
 
 
 def truncation(fitness: torch.Tensor, n: int, fraction: float = 0.5, *, maximize: bool = False,

@@ -127,3 +127,40 @@ def test_pagie1_regression():
         best.append(gp.archive.best()[0])
     best.sort()
     assert best[1] < 0.05 and best[0] < 0.01, best
+
+
+def reference_archive_update(archive, population, loss):
+    """The unfused archive update in plain torch (lowest finite loss per length, lowest index among equals,
+    replacing only strictly better entries)."""
+    P, L1 = len(population), len(archive.loss)
+    length = population.lengths()
+    finite = torch.isfinite(loss)
+    best = torch.full((L1,), float("inf")).scatter_reduce(0, length[finite], loss[finite], "amin")
+    hit = finite & (loss == best[length])
+    first = torch.full((L1,), P).scatter_reduce(0, length, torch.where(hit, torch.arange(P), P), "amin")
+    take = (best < archive.loss) & (first < P)
+    rows = first.clamp(max=P - 1)
+    trees = [torch.where(take[:, None], t[rows], a) for t, a in zip(population.tensors(), archive.trees.tensors())]
+    return trees, torch.where(take, best, archive.loss)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_archive_update_equals_the_unfused_reference(device):
+    from gprl.algorithm import ParetoArchive
+
+    g = torch.Generator().manual_seed(5)
+    archive = ParetoArchive(2, 1, 32, "cpu")
+    for step in range(12):
+        pop = gprl.Population.random(300, 2, max_len=32, max_depth=5, seed=step)
+        loss = torch.randint(-3, 6, (300,), generator=g).float() / 4  # ties, and -0.0 below
+        loss[torch.rand(300, generator=g) < 0.1] = float("inf")
+        loss[torch.rand(300, generator=g) < 0.05] = float("nan")
+        loss[loss == 0] = -0.0
+        trees, want = reference_archive_update(archive, pop, loss)
+        dev = ParetoArchive(2, 1, 32, device)
+        dev.loss, dev.trees = archive.loss.to(device), archive.trees.to(device)
+        dev.update(pop.to(device), loss.to(device))
+        assert torch.equal(dev.loss.cpu(), want)
+        for got, expected in zip(dev.trees.tensors(), trees):
+            assert torch.equal(got.cpu(), expected)
+        archive.loss, archive.trees = want, gprl.Population(*trees, n_in=2, n_out=1)

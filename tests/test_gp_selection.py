@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+import gprl
 from gprl import selection as S
 
 N = 200_000  # draws per frequency test: 4 sigma of a 5% frequency is ~0.002
@@ -103,3 +104,23 @@ def test_selection_is_seeded_and_validates_arguments():
         S.rank(fit, 10, 3.0)
     with pytest.raises(ValueError, match="errors"):
         S.lexicase(fit, 10)
+
+
+def reference_tournament(loss, n, size, seed):
+    """The unfused formulation: Philox uniforms -> contestants -> first argmin (independent of the kernel)."""
+    u = gprl.ops.ops.uniform(loss, n * size, seed)
+    contestants = (u.double() * len(loss)).long().clamp_(0, len(loss) - 1).view(n, size)
+    return contestants.gather(1, loss[contestants].argmin(dim=1, keepdim=True)).squeeze(1)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_fused_tournament_equals_the_unfused_formulation(device):
+    g = torch.Generator().manual_seed(3)
+    for P, n, size in [(1, 5, 3), (7, 100, 1), (1000, 5000, 7), (4097, 3000, 32)]:
+        # few distinct values: many ties, which the first drawn contestant must win
+        loss = torch.randint(0, 5, (P,), generator=g).float()
+        loss[torch.rand(P, generator=g) < 0.1] = float("inf")
+        loss = loss.to(device)
+        for seed in (0, 12345, 2**61 + 7):
+            got = gprl.ops.ops.tournament(loss, n, size, seed)
+            assert torch.equal(got.cpu(), reference_tournament(loss, n, size, seed).cpu()), (P, n, size, seed)
