@@ -230,33 +230,47 @@ class Dist:
             return pop
         import torch.distributed as td
 
-        like = Population.empty(n_in, n_out, max_len, device="meta").tensors()
-        shapes = [(size, max_len)] * len(like)
-        nbytes = [size * max_len * t.element_size() for t in like]
         if self.is_main:
             assert pop is not None and tuple(pop.kind.shape) == (size, max_len)
-            buf = torch.cat([t.contiguous().view(torch.uint8).reshape(-1) for t in pop.tensors()])
+            buf = pack_population(pop)
         else:
-            buf = torch.empty(sum(nbytes), dtype=torch.uint8, device=device)
+            buf = torch.empty(population_bytes(size, max_len), dtype=torch.uint8, device=device)
         buf = self._data(buf)
         self._collective(what, td.broadcast, buf, src=0)
-        buf = buf.to(device)
-        out, at = [], 0
-        for t, shape, nb in zip(like, shapes, nbytes):
-            out.append(buf[at:at + nb].view(t.dtype).reshape(shape).clone())
-            at += nb
-        return Population(*out, n_in=n_in, n_out=n_out)
+        return unpack_population(buf.to(device), size, max_len, n_in, n_out)
 
     def close(self) -> None:
-        """Ends the process group started by :func:`init` (after a barrier: every rank is done)."""
+        """Ends the process group started by :func:`init`. No barrier: after the last collective the ranks
+        finish on their own (rank 0 may spend long on exports and W&B uploads)."""
         if not self.owns_group:
             return
         import torch.distributed as td
 
         if td.is_initialized():
-            self._collective("finishing the run", td.barrier)
             td.destroy_process_group()
         self.owns_group = False
+
+
+_DTYPES = Population.empty(1, 1, 1, device="meta").tensors()
+
+
+def population_bytes(size: int, max_len: int) -> int:
+    return size * max_len * sum(t.element_size() for t in _DTYPES)
+
+
+def pack_population(pop: Population) -> torch.Tensor:
+    """The population's tensors as one flat uint8 tensor (one broadcast; NCCL has no int16)."""
+    return torch.cat([t.contiguous().view(torch.uint8).reshape(-1) for t in pop.tensors()])
+
+
+def unpack_population(buf: torch.Tensor, size: int, max_len: int, n_in: int, n_out: int) -> Population:
+    out, at = [], 0
+    for t in _DTYPES:
+        nb = size * max_len * t.element_size()
+        # clone first: a view of another dtype needs an aligned offset, which an odd size * max_len breaks
+        out.append(buf[at:at + nb].clone().view(t.dtype).reshape(size, max_len))
+        at += nb
+    return Population(*out, n_in=n_in, n_out=n_out)
 
 
 def launched() -> bool:

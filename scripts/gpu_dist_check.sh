@@ -9,6 +9,8 @@
 # train_k<K>.log and metrics_k<K>.jsonl (<= 8 files). About 2 minutes a run plus the kernel build.
 # Usage: [MEASURED=3] [LENGTH=300] [KS="2 4"] [POP=20000] bash scripts/gpu_dist_check.sh [extra Hydra overrides]
 # Wheels: as scripts/gpu_train_check.sh (.whl/ with the simulator set and hydra-core, omegaconf, antlr4, tqdm).
+# Dry run of the script's logic on a CPU machine (gloo, no install):
+#   NO_INSTALL=1 NGPU=2 BACKEND=mujoco DEVICE=cpu POP=40 LENGTH=50 bash scripts/gpu_dist_check.sh
 set -uo pipefail
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 MEASURED=${MEASURED:-3}; LENGTH=${LENGTH:-300}; POP=${POP:-20000}
@@ -18,15 +20,16 @@ export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false WANDB_MODE=disabled
 # NVLink multicast stays off on the shared machines (KINDS.md)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-if compgen -G ".whl/*.whl" >/dev/null; then
+BACKEND=${BACKEND:-brax}; DEVICE=${DEVICE:-cuda}
+if [ -z "${NO_INSTALL:-}" ] && compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >"$OUT/report.txt" 2>&1
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$OUT/report.txt" 2>&1
-nvidia-smi -L | tee -a "$OUT/report.txt"
-NGPU=$(nvidia-smi -L | grep -c '^GPU')
+[ -z "${NO_INSTALL:-}" ] && python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$OUT/report.txt" 2>&1
+nvidia-smi -L 2>&1 | tee -a "$OUT/report.txt"
+NGPU=${NGPU:-$(nvidia-smi -L | grep -c '^GPU')}
 KS=${KS:-$( [ "$NGPU" -ge 4 ] && echo "2 4" || echo "2" )}
-python3 -c "import hydra, omegaconf, tqdm, brax" 2>>"$OUT/report.txt" || {
+python3 -c "import hydra, omegaconf, tqdm, $BACKEND" 2>>"$OUT/report.txt" || {
   echo "missing hydra-core/omegaconf/tqdm/brax: add their wheels to .whl/ (see scripts/gpu_train_check.sh)" | tee -a "$OUT/report.txt"
   exit 1; }
 start=$(date +%s)
@@ -34,7 +37,7 @@ python3 -c "import gprl.ops, gprl._build as b; print('cuda kernels:', b.has_cuda
 echo "kernel build seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/report.txt"
 
 # fixed episode length (no schedule), validation in the training batch (no second compilation)
-ARGS=(env=hopper env.backend=brax device=cuda "gp.population_size=$POP" "gp.generations=$(( MEASURED + 1 ))"
+ARGS=(env=hopper "env.backend=$BACKEND" "device=$DEVICE" "gp.population_size=$POP" "gp.generations=$(( MEASURED + 1 ))"
       "env.episode_length=$LENGTH" "env.episode_schedule={start: $LENGTH, ramp_generations: 0}" task.validation_episodes=0
       checkpoint_every=1000 wandb.mode=disabled progress=false seed=0 "$@")
 for K in 1 $KS; do
@@ -55,7 +58,8 @@ python3 - "$OUT" "$RUNS" "$MEASURED" "$POP" "$LENGTH" <<'PY' 2>&1 | tee -a "$OUT
 import json, pathlib, statistics, sys
 import torch
 out, runs, measured, pop, length = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), *map(int, sys.argv[3:])
-res = {"device": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(), "population_size": pop,
+res = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+       "gpus": torch.cuda.device_count(), "population_size": pop,
        "episode_length": length, "measured_generations": measured, "runs": {}, "speedup": {}, "identical": {}}
 final = {}
 for d in sorted(runs.glob("k*"), key=lambda p: int(p.name[1:])):

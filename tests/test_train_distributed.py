@@ -16,7 +16,7 @@ import pytest
 import torch
 from test_train_app import ROOT, TINY, assert_same_final_population, metrics, run_train
 
-from gprl import distributed
+from gprl import Population, distributed
 from gprl.distributed import Dist, ordered_sum, shard_bounds
 from gprl.tasks import PolicyTask
 
@@ -91,6 +91,13 @@ def test_ordered_sum_and_shards():
         bounds = [shard_bounds(n, k, r) for r in range(k)]
         assert bounds[0][0] == 0 and bounds[-1][1] == n and all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
         assert max(b - a for a, b in bounds) - min(b - a for a, b in bounds) <= 1
+
+
+def test_population_travels_as_bytes():
+    pop = Population.random(3, n_in=2, n_out=2, max_len=7, seed=0, functions=["add", "mul", "sin"])
+    buf = distributed.pack_population(pop)
+    assert buf.dtype == torch.uint8 and buf.numel() == distributed.population_bytes(3, 7)
+    assert distributed.unpack_population(buf, 3, 7, 2, 2).equal(pop)
 
 
 def test_two_processes_give_the_one_process_result(one_process, tmp_path):
