@@ -110,10 +110,13 @@ class Dist:
                              "uses cuda:LOCAL_RANK) or device=auto")
         if device == "cuda":
             count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if count == 0:
+                raise ValueError(f"device=cuda: this node has no CUDA GPU (process LOCAL_RANK={self.local_rank}); "
+                                 "set device=cpu (or auto)")
             if self.local_rank >= count:
                 raise ValueError(f"device=cuda: this node has {count} GPU(s) but runs a process with "
                                  f"LOCAL_RANK={self.local_rank}; launch at most {count} processes per node "
-                                 f"(torchrun --nproc_per_node={max(count, 1)}) or set device=cpu")
+                                 f"(torchrun --nproc_per_node={count}) or set device=cpu")
             return f"cuda:{self.local_rank}"
         if device == "cpu" and self.backend == "nccl":
             raise ValueError("dist.backend=nccl carries CUDA tensors only, but device=cpu; set dist.backend=gloo "

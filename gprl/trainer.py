@@ -173,7 +173,8 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
                 run_dir.mkdir(parents=True, exist_ok=True)
                 from omegaconf import OmegaConf
 
-                OmegaConf.save(OmegaConf.create(cfg), run_dir / ("config.yaml" if state is None else "config_resume.yaml"))
+                name = "config.yaml" if state is None else "config_resume.yaml"
+                OmegaConf.save(OmegaConf.create(cfg), run_dir / name)
     except BaseException:
         if task is not None:
             task.close()

@@ -158,22 +158,77 @@ def test_sr_population_shards_match_one_process_and_data_shards_are_close(tmp_pa
 @pytest.mark.parametrize("overrides, message", [
     (["gp.population_size=1", "gp.elitism=1"],
      "gp.population_size=1 is smaller than the number of processes (2)"),
-    (["device=cuda"], "this node has 0 GPU(s) but runs a process with LOCAL_RANK=1"),
 ])
 def test_bad_distributed_configuration_fails_every_rank(tmp_path, overrides, message):
-    if "GPU" in message and torch.cuda.is_available():
-        pytest.skip("the CPU machine's error")
     procs = launch_ranks(tmp_path, "bad", 2, *TINY, "gp.generations=2", "wandb.mode=disabled", "progress=false",
                          "dist.timeout_s=30", *overrides)
     outs = [p.communicate(timeout=60)[0] for p in procs]
     for rank, (p, out) in enumerate(zip(procs, outs)):
         assert p.returncode != 0 and f"error (rank {rank}):" in out, out[-3000:]
     assert message in outs[1], outs[1][-3000:]  # every rank names the problem and its fix (config key)
-    assert "error (rank 0):" in outs[0] and ("gp.population_size" in outs[0] or "device=cuda" in outs[0])
+    assert "error (rank 0):" in outs[0] and "gp.population_size" in outs[0]
     assert not (tmp_path / "bad" / "checkpoints").exists()
 
 
+RANK_CODE = """
+import json, torch
+from gprl import Population, distributed
+d = distributed.init({"dist": {"timeout_s": 30}})
+r = d.rank
+out = {"world": d.world_size}
+# uneven shards of 5 items, 2 rows an item, gathered in rank order
+a, b = d.bounds(5)
+out["gather"] = d.gather(torch.arange(2 * a, 2 * b, dtype=torch.float64), 5, per=2).tolist()
+out["sum"] = int(d.sum(torch.tensor(r + 1)))
+pop = Population.random(3, n_in=2, max_len=7, seed=0) if r == 0 else None
+got = d.broadcast_population(pop, size=3, n_in=2, n_out=1, max_len=7, device=torch.device("cpu"))
+out["population"] = got.equal(Population.random(3, n_in=2, max_len=7, seed=0))
+try:
+    with d.agree("checking the devices"):
+        if r == 1:
+            raise ValueError("device=cuda: rank 1 has no GPU")
+except Exception as err:
+    out["error"] = f"{type(err).__name__}: {err}"
+print(json.dumps(out))
+"""
+
+
+def test_collectives_and_error_agreement_between_ranks(tmp_path):
+    """Two ranks (gloo): gather in global order, sum, population broadcast, and a failure on rank 1 only is an
+    error on both ranks (rank 0 names rank 1 and its message) instead of a hang."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [subprocess.Popen([sys.executable, "-c", RANK_CODE], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                              env={**_env(tmp_path), "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2",
+                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}) for r in range(2)]
+    outs = [json.loads(p.communicate(timeout=120)[0].strip().splitlines()[-1]) for p in procs]
+    for out in outs:
+        assert out["world"] == 2 and out["gather"] == list(range(10)) and out["sum"] == 3 and out["population"]
+    assert outs[1]["error"] == "ValueError: device=cuda: rank 1 has no GPU"
+    assert outs[0]["error"] == ("DistributedError: rank 1 failed while checking the devices: "
+                                "ValueError: device=cuda: rank 1 has no GPU")
+
+
+def test_more_processes_than_gpus_is_named(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    third = Dist(rank=2, world_size=3, local_rank=2)
+    with pytest.raises(ValueError, match=r"device=cuda: this node has 2 GPU\(s\) but runs a process with "
+                                         r"LOCAL_RANK=2; launch at most 2 processes per node \(torchrun "
+                                         r"--nproc_per_node=2\) or set device=cpu"):
+        third.task_device("cuda")
+    assert Dist(rank=1, world_size=3, local_rank=1).task_device("cuda") == "cuda:1"
+    # device=auto: a GPU environment backend picked the current GPU, which is not this rank's own
+    with pytest.raises(ValueError, match=r"rank 2 \(LOCAL_RANK=2\) would run on cuda:0, but every rank needs its own GPU"):
+        third.check_task_device(torch.device("cuda", 0))
+
+
 def test_configuration_errors_name_the_key_and_the_fix():
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"device=cuda: this node has no CUDA GPU \(process LOCAL_RANK=1\); "
+                                             "set device=cpu"):
+            Dist(rank=1, world_size=2, local_rank=1).task_device("cuda")
     two = Dist(rank=1, world_size=2, local_rank=1)
     with pytest.raises(ValueError, match="pins every rank to one GPU; set device=cuda"):
         two.task_device("cuda:1")
