@@ -4,9 +4,7 @@ Several processes, one search: ``torchrun --nproc_per_node=K train.py ...`` (gpr
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
 import sys
 import tempfile
 
@@ -19,17 +17,18 @@ from gprl.config import register
 register()  # typed schema: Hydra rejects wrong override types
 
 
-def _scratch_output_for_other_ranks() -> None:
-    """Under torchrun only rank 0 owns the run directory: the other ranks' Hydra output (its folder, .hydra/,
-    the log) goes to a scratch folder that is removed at exit."""
+def _no_output_for_other_ranks() -> None:
+    """Under torchrun only rank 0 owns the run directory: the other ranks' Hydra writes nothing (no .hydra/, no
+    log file) and its output folder is one shared empty scratch folder, so no rank leaves folders behind (not
+    even one that is killed)."""
     rank = os.environ.get("RANK", "0")
     if rank in ("", "0") or int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
         return
-    scratch = tempfile.mkdtemp(prefix=f"gprl-rank{rank}-")
-    atexit.register(shutil.rmtree, scratch, True)
+    scratch = os.path.join(tempfile.gettempdir(), "gprl-rank-scratch")
     keep = [a for a in sys.argv[1:] if not a.lstrip("+").startswith(
-        ("hydra.run.dir=", "hydra.sweep.dir=", "hydra.output_subdir="))]
-    sys.argv[1:] = [*keep, f"hydra.run.dir={scratch}", f"hydra.sweep.dir={scratch}", "hydra.output_subdir=null"]
+        ("hydra.run.dir=", "hydra.sweep.dir=", "hydra.output_subdir=", "hydra/job_logging="))]
+    sys.argv[1:] = [*keep, f"hydra.run.dir={scratch}", f"hydra.sweep.dir={scratch}", "hydra.output_subdir=null",
+                    "hydra/job_logging=none"]
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="config")
@@ -48,5 +47,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    _scratch_output_for_other_ranks()
+    _no_output_for_other_ranks()
     main()
