@@ -1,6 +1,12 @@
-"""Evolve an interpretable policy: ``python train.py env=hopper`` (Hydra app; see configs/ and gprl.trainer)."""
+"""Evolve an interpretable policy: ``python train.py env=hopper`` (Hydra app; see configs/ and gprl.trainer).
+
+Several processes, one search: ``torchrun --nproc_per_node=K train.py ...`` (gprl.distributed)."""
 
 from __future__ import annotations
+
+import os
+import sys
+import tempfile
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -11,20 +17,35 @@ from gprl.config import register
 register()  # typed schema: Hydra rejects wrong override types
 
 
+def _no_output_for_other_ranks() -> None:
+    """Under torchrun only rank 0 owns the run directory: the other ranks' Hydra writes nothing (no .hydra/, no
+    log file) and its output folder is one shared empty scratch folder, so no rank leaves folders behind (not
+    even one that is killed)."""
+    rank = os.environ.get("RANK", "0")
+    if rank in ("", "0") or int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
+        return
+    scratch = os.path.join(tempfile.gettempdir(), "gprl-rank-scratch")
+    keep = [a for a in sys.argv[1:] if not a.lstrip("+").startswith(
+        ("hydra.run.dir=", "hydra.sweep.dir=", "hydra.output_subdir=", "hydra/job_logging="))]
+    sys.argv[1:] = [*keep, f"hydra.run.dir={scratch}", f"hydra.sweep.dir={scratch}", "hydra.output_subdir=null",
+                    "hydra/job_logging=none"]
+
+
 @hydra.main(version_base="1.3", config_path="configs", config_name="config")
 def main(cfg: DictConfig) -> None:
+    from gprl.distributed import DistributedError
     from gprl.trainer import run
 
     try:
         run(cfg, HydraConfig.get().runtime.output_dir)
-    except (ValueError, TypeError, FileNotFoundError, ImportError) as err:
+    except (ValueError, TypeError, FileNotFoundError, ImportError, DistributedError) as err:
         # bad input: one clear line instead of a traceback (HYDRA_FULL_ERROR=1 still shows it)
-        import os
-
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        raise SystemExit(f"error: {err}") from None
+        rank = f" (rank {os.environ['RANK']})" if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 else ""
+        raise SystemExit(f"error{rank}: {err}") from None
 
 
 if __name__ == "__main__":
+    _no_output_for_other_ranks()
     main()

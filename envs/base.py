@@ -16,6 +16,11 @@ Episode bookkeeping is the same for every backend and lives here, so that evalua
   outputs are always safe. Discrete environments take the argmax over ``num_actions`` outputs (or integer
   indices of shape ``[N]``).
 
+Seeding follows Gymnasium's vector convention on every backend but Genesis: ``reset(seed)`` starts environment
+``i`` from the seed ``seed + i``. So environments ``[a, b)`` of a batch are reproduced exactly by a batch of
+``b - a`` environments reset with ``seed + a``: how a distributed run (:mod:`gprl.distributed`) gives each
+process a shard of the batch without changing any episode. (Genesis draws the batch's noise from one generator.)
+
 The bookkeeping is a handful of element-wise torch ops on ``env.device``; nothing here syncs with the host.
 """
 

@@ -129,7 +129,9 @@ class BraxEnv(VecEnv):
         with jax.default_device(self.jax_device):
             self._reset_fn = jax.jit(jax.vmap(self.env.reset))
             self._step_fn = jax.jit(jax.vmap(self.env.step))
-            self._key = jax.random.PRNGKey(seed)
+            self._keys_fn = jax.jit(jax.vmap(jax.random.PRNGKey))
+            self._split_fn = jax.jit(jax.vmap(jax.random.split))
+        self._keys: Any = None
         self._jax = jax
         self._state: Any = None
         super().__init__(
@@ -163,10 +165,15 @@ class BraxEnv(VecEnv):
     def _reset(self, seed: int | None) -> torch.Tensor:
         jax = self._jax
         with jax.default_device(self.jax_device):
-            if seed is not None:
-                self._key = jax.random.PRNGKey(seed)
-            self._key, key = jax.random.split(self._key)
-            self._state = self._reset_fn(jax.random.split(key, self.num_envs))
+            if seed is not None or self._keys is None:
+                # environment i from its own key PRNGKey(seed + i) (the protocol's seed + i rule): a batch of
+                # environments [a, b) of a larger batch, reset with seed + a, starts exactly as they would there
+                base = self.seed if seed is None else seed
+                seeds = (np.arange(self.num_envs, dtype=np.int64) + base) % 2**32
+                self._keys = self._keys_fn(jax.numpy.asarray(seeds.astype(np.uint32)))
+            keys = self._split_fn(self._keys)  # [N, 2, key]: the next stream and this reset's key
+            self._keys = keys[:, 0]
+            self._state = self._reset_fn(keys[:, 1])
         return self._outputs()[0]
 
     def _step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:

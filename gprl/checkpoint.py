@@ -35,7 +35,9 @@ def set_rng_states(state: dict[str, Any]) -> None:
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        # a run written on a machine with more GPUs (e.g. by torchrun) resumes on one with fewer
+        for i, s in enumerate(state["cuda"][: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(s, i)
 
 
 def population_state(pop: Population) -> dict[str, Any]:

@@ -87,12 +87,22 @@ class WandbSchema:
 
 
 @dataclass
+class DistSchema:
+    """torchrun runs (gprl/distributed.py); ignored by a single process."""
+
+    backend: str = "auto"      # auto | nccl | gloo
+    timeout_s: float = 300.0   # the longest a collective waits for a dead or stuck rank
+    shard: str = "population"  # population | data (sr/classification only)
+
+
+@dataclass
 class TrainSchema:
     task: TaskSchema = field(default_factory=TaskSchema)
     env: EnvSchema = field(default_factory=EnvSchema)
     dataset: DatasetSchema = field(default_factory=DatasetSchema)
     gp: GPSchema = field(default_factory=GPSchema)
     wandb: WandbSchema = field(default_factory=WandbSchema)
+    dist: DistSchema = field(default_factory=DistSchema)
     seed: int = 0
     device: str = "auto"
     threads: Any = "auto"

@@ -67,6 +67,14 @@ class ObsNormalizer:
         self.m2 = self.m2 + b_m2 + delta.square() * self.count * w
         self.count = new
 
+    def merge_envs(self, count: torch.Tensor, total: torch.Tensor, total_sq: torch.Tensor) -> None:
+        """Add per-environment partial sums (``[N]``, ``[N, dim]``, ``[N, dim]``, float64), reduced over the
+        environments in their order by :func:`gprl.distributed.ordered_sum`: the same bits whether the rows
+        come from one process or are gathered from the shards of a distributed run."""
+        from .distributed import ordered_sum
+
+        self.merge(ordered_sum(count), ordered_sum(total), ordered_sum(total_sq))
+
     def normalize(self, obs: torch.Tensor) -> torch.Tensor:
         return (obs - self.mean) / self.std
 
@@ -135,34 +143,40 @@ class PolicyEvaluation:
     episode_returns: torch.Tensor  # [P, E]
     env_steps: torch.Tensor  # scalar int64: live environment steps taken (on the device)
     batch_steps: int
+    # with collect_stats: per environment, the live observations' count [N], sum and sum of squares [N, obs_dim]
+    # (float64), for ObsNormalizer.merge_envs (kept per environment so that shards reduce in global order)
+    obs_stats: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
 
 @torch.no_grad()
 def evaluate_policies(population: Population, env: VecEnv, action_map: ActionMap, mean: torch.Tensor,
                       std: torch.Tensor, episodes: int = 1, max_steps: int | None = None, seed: int | None = None,
-                      stats: ObsNormalizer | None = None) -> PolicyEvaluation:
+                      stats: ObsNormalizer | None = None, collect_stats: bool = False) -> PolicyEvaluation:
     """One batched rollout of ``len(population) * episodes`` environments.
 
-    ``mean``/``std`` are ``[obs_dim]`` (shared) or ``[P, obs_dim]`` (per individual). When ``stats`` is given,
-    the observations of live episodes are merged into it after the rollout (not during: frozen statistics).
+    ``mean``/``std`` are ``[obs_dim]`` (shared) or ``[P, obs_dim]`` (per individual). With ``collect_stats``
+    the observations of live episodes are summed per environment (``obs_stats``); ``stats`` also merges them
+    into that normaliser after the rollout (not during: frozen statistics).
     """
     P = len(population)
     dev = env.device
     mean = mean.to(dev).reshape(-1, 1, env.obs_dim) if mean.dim() == 2 else mean.to(dev)
     std = std.to(dev).reshape(-1, 1, env.obs_dim) if std.dim() == 2 else std.to(dev)
-    acc = [torch.zeros((), dtype=torch.float64, device=dev), torch.zeros(env.obs_dim, dtype=torch.float64, device=dev),
-           torch.zeros(env.obs_dim, dtype=torch.float64, device=dev)]
+    collect = collect_stats or stats is not None
+    N = env.num_envs
+    acc = (torch.zeros(N, dtype=torch.float64, device=dev), torch.zeros(N, env.obs_dim, dtype=torch.float64, device=dev),
+           torch.zeros(N, env.obs_dim, dtype=torch.float64, device=dev))
 
     def policy(obs: torch.Tensor) -> torch.Tensor:
-        if stats is not None:
-            live = (~env.done).to(torch.float64).reshape(-1, 1)
-            flat = obs.reshape(-1, env.obs_dim).to(torch.float64)
-            acc[0] += live.sum()
-            acc[1] += (flat * live).sum(0)
-            acc[2] += (flat.square() * live).sum(0)
+        if collect:
+            live = ~env.done  # ended episodes' observations are not used (they may even be NaN)
+            flat = torch.where(live[:, None], obs.reshape(-1, env.obs_dim).to(torch.float64), 0.0)
+            acc[0].add_(live.to(torch.float64))
+            acc[1].add_(flat)
+            acc[2].add_(flat * flat)
         return action_map(population.forward((obs - mean) / std))
 
     res = rollout(env, policy, P, episodes, max_steps=max_steps, seed=seed)
     if stats is not None:
-        stats.merge(*acc)
-    return PolicyEvaluation(res.mean_return, res.returns, res.lengths.sum(), res.steps)
+        stats.merge_envs(*acc)
+    return PolicyEvaluation(res.mean_return, res.returns, res.lengths.sum(), res.steps, acc if collect else None)

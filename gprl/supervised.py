@@ -9,6 +9,12 @@ that front like the estimators do (``task.model_selection``) and exported as for
 
 Features may be z-scored (``task.standardize``); that is done in float32 exactly as the exported
 ``model.py`` does it, so the exported predictions reproduce the training ones.
+
+Distributed (:mod:`gprl.distributed`): by default every rank scores its contiguous shard of the population
+on the whole dataset and the losses are gathered (bit-identical to one process on the CPU). With
+``dist.shard=data`` every rank scores the whole population on its shard of the rows instead (for datasets
+too large for one device) and the per-rank losses are combined as float64 partial sums (:class:`RowShard`):
+close to, but not bit-identical with, a single process.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import torch
 from . import datasets
 from .algorithm import ParetoArchive
 from .checkpoint import population_from_state, population_state
+from .distributed import Dist
 from .estimators import MODEL_SELECTIONS, pareto_scores, select_model
 from .model_export import export_model, front_equation
 from .objectives import CLASSIFICATION_METRICS, ClassificationObjective, RegressionObjective
@@ -56,6 +63,44 @@ def load_dataset(cfg: dict[str, Any], task: str) -> datasets.SupervisedData:
     return data
 
 
+class RowShard:
+    """An objective on this rank's rows of a dataset split across the ranks (``dist.shard=data``).
+
+    A call returns the loss over *all* rows: each rank's mean loss times its row count, summed over the ranks
+    in float64 and divided by the total count (RMSE: the square root of the combined MSE). The per-rank losses
+    are float32 and the sum's order is the transport's, so it is not bit-identical to one process. Anything
+    else (``data``, ``y``, ``w``, ``n_out``) is the local objective's."""
+
+    def __init__(self, local, dist: Dist, n_local: int, n_total: int, rmse: bool = False):
+        self.local, self.dist, self.n_local, self.n_total, self.rmse = local, dist, n_local, n_total, rmse
+        self.metric = "rmse" if rmse else local.metric
+        self._y_var: float | None = None
+
+    @property
+    def y_var(self) -> float:
+        """For R^2: the (population) variance of y over all rows, averaged over the targets. Computed on first
+        use, which every rank reaches together (a collective)."""
+        if self._y_var is None:
+            y = self.local.data.y.double()
+            mean = self.dist.sum(y.sum(0), "adding up target sums") / self.n_total
+            ss = self.dist.sum((y - mean).square().sum(0), "adding up target variances")
+            self._y_var = float((ss / self.n_total).mean())
+        return self._y_var
+
+    def reduce(self, value: torch.Tensor) -> torch.Tensor:
+        """Per-tree means over this rank's rows → means over all rows (float64)."""
+        return self.dist.sum(value.double() * self.n_local, "adding up the loss partial sums") / self.n_total
+
+    def __call__(self, population: Population) -> torch.Tensor:
+        with self.dist.agree("evaluating the population on this rank's rows"):
+            local = self.local(population)
+        loss = self.reduce(local)
+        return (loss.sqrt() if self.rmse else loss).float()
+
+    def __getattr__(self, name: str):
+        return getattr(self.local, name)
+
+
 class SupervisedTask(Task):
     """Shared machinery of :class:`SRTask` and :class:`ClassificationTask`."""
 
@@ -65,8 +110,10 @@ class SupervisedTask(Task):
     kind = ""  # "regression" | "classification"
     name = ""  # the task's name in TASKS
 
-    def __init__(self, cfg: dict[str, Any], device: str | torch.device | None = None):
+    def __init__(self, cfg: dict[str, Any], device: str | torch.device | None = None, dist: Dist | None = None):
         task = cfg["task"]
+        self.dist = dist or Dist()
+        self.shard_rows = self.dist.enabled and (cfg.get("dist") or {}).get("shard", "population") == "data"
         self.data = load_dataset(cfg.get("dataset") or {}, self.kind)
         self.dataset_cfg = dict(cfg.get("dataset") or {})
         self.device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device in (None, "auto")
@@ -86,21 +133,41 @@ class SupervisedTask(Task):
         self.n_in = X.shape[1]
         self.obs_names = list(self.data.feature_names)
         self.max_len = int(cfg["gp"]["max_len"])
-        self.train = self._objective(self._scaled(self.data.X_train), self.data.y_train)
-        self.test = (self._objective(self._scaled(self.data.X_test), self.data.y_test)
+        self.train = self._split(self._scaled(self.data.X_train), self.data.y_train, "training")
+        self.test = (self._split(self._scaled(self.data.X_test), self.data.y_test, "test")
                      if len(self.data.X_test) else None)
         self.n_out = self.train.n_out
         self.archive = ParetoArchive(self.n_in, self.n_out, self.max_len, self.device)
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any], device: str | None) -> SupervisedTask:
-        return cls(cfg, device)
+    def from_config(cls, cfg: dict[str, Any], device: str | None, dist: Dist | None = None) -> SupervisedTask:
+        return cls(cfg, device, dist)
+
+    def _split(self, X: np.ndarray, y: np.ndarray, part: str):
+        """The objective on all rows, or with ``dist.shard=data`` on this rank's rows (:class:`RowShard`)."""
+        if not self.shard_rows:
+            return self._objective(X, y)
+        self.dist.check_shardable(len(X), f"the number of {part} rows (dataset)", "row (dist.shard=data)")
+        rmse = self.metric == "rmse"
+        if rmse and np.ndim(y) > 1 and np.shape(y)[1] > 1:
+            raise ValueError("dist.shard=data with task.metric=rmse needs a single target (the mean of per-target "
+                             "RMSEs does not add up over rows); use task.metric=mse or dist.shard=population")
+        a, b = self.dist.bounds(len(X))
+        return RowShard(self._objective(X[a:b], y[a:b], "mse" if rmse else None), self.dist, b - a, len(X), rmse)
+
+    def _train_loss(self, population: Population) -> torch.Tensor:
+        if self.shard_rows:  # every tree on this rank's rows, partial sums added up over the ranks
+            return self.train(population)
+        (a, b), P = self.dist.bounds(len(population)), len(population)
+        with self.dist.agree("evaluating the population"):
+            local = self.train(population[a:b])
+        return self.dist.gather(local, P, "gathering the losses")
 
     def _scaled(self, X: np.ndarray) -> np.ndarray:
         # float32 arithmetic, as model.py computes (X - MEAN) / STD
         return (X.astype(np.float32) - self.mean.astype(np.float32)) / self.std.astype(np.float32)
 
-    def _objective(self, X: np.ndarray, y: np.ndarray):
+    def _objective(self, X: np.ndarray, y: np.ndarray, metric: str | None = None):
         raise NotImplementedError
 
     def _extra_metrics(self, tree: Population, prefix: str, objective) -> dict[str, float]:
@@ -112,7 +179,7 @@ class SupervisedTask(Task):
                 "test_size": float(self.dataset_cfg.get("test_size", 0.25))}
 
     def evaluate(self, population: Population, generation: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        loss = self.train(population)
+        loss = self._train_loss(population)
         loss = torch.where(torch.isfinite(loss), loss, torch.full_like(loss, math.inf))
         self.archive.update(population, loss)
         i = int(torch.argmin(loss))
@@ -154,8 +221,9 @@ class SupervisedTask(Task):
         cpu = trees.to("cpu")
         names = self.obs_names
         front = [{"complexity": int(c), "loss": float(tl), "test_loss": float(te), "score": float(s),
-                  "selected": int(k == chosen), "equation": front_equation(cpu[k], self.mean, self.std, names,
-                                                                            self.digits)}
+                  "selected": int(k == chosen),
+                  "equation": front_equation(cpu[k], self.mean, self.std, names, self.digits) if self.dist.is_main
+                  else ""}
                  for k, (c, tl, te, s) in enumerate(zip(complexity, train_loss, test_loss, score))]
         tree = cpu[chosen]
         results = {"train_loss": float(train_loss[chosen]), "tree_length": int(complexity[chosen])}
@@ -163,6 +231,8 @@ class SupervisedTask(Task):
         if self.test is not None:
             results["test_loss"] = float(test_loss[chosen])
             results.update(self._extra_metrics(trees[chosen], "test", self.test))
+        if not self.dist.is_main:  # every rank took part in the losses above; rank 0 writes the files
+            return {"files": {}, "formulas": {}, "dataset": self.data.name, "front_size": len(front), **results}
         meta = {"dataset": self.data.name, "task": self.name, "metric": self.train.metric,
                 "model_selection": self.model_selection, "n_train": len(self.data.X_train),
                 "n_test": len(self.data.X_test), "dataset_config": self.dataset_cfg,
@@ -179,20 +249,22 @@ class SRTask(SupervisedTask):
 
     kind, name = "regression", "sr"
 
-    def _objective(self, X: np.ndarray, y: np.ndarray) -> RegressionObjective:
-        return RegressionObjective(X, y, metric=self.metric, device=self.device)
+    def _objective(self, X: np.ndarray, y: np.ndarray, metric: str | None = None) -> RegressionObjective:
+        return RegressionObjective(X, y, metric=metric or self.metric, device=self.device)
 
-    def __init__(self, cfg: dict[str, Any], device: str | torch.device | None = None):
+    def __init__(self, cfg: dict[str, Any], device: str | torch.device | None = None, dist: Dist | None = None):
         self.metric = cfg["task"].get("metric") or "mse"
         if self.metric not in METRICS:
             raise ValueError(f"task.metric must be one of {list(METRICS)} for task=sr, got {self.metric!r}")
-        super().__init__(cfg, device)
+        super().__init__(cfg, device, dist)
 
     def _extra_metrics(self, tree: Population, prefix: str, objective) -> dict[str, float]:
         # R^2 of the tree: 1 - MSE / Var(y) (population variance, as sklearn's r2_score)
-        y = objective.data.y
-        mse = float(tree.fitness(objective.data, metric="mse")[0])
-        var = float(y.double().var(dim=0, unbiased=False).mean())
+        mse = tree.fitness(objective.data, metric="mse")
+        if isinstance(objective, RowShard):  # dist.shard=data: over all ranks' rows
+            mse, var = float(objective.reduce(mse)[0]), objective.y_var
+        else:
+            mse, var = float(mse[0]), float(objective.data.y.double().var(dim=0, unbiased=False).mean())
         return {f"{prefix}_r2": 1.0 - mse / var if var > 0 else math.nan}
 
     def _output_names(self) -> list[str]:
@@ -205,14 +277,14 @@ class ClassificationTask(SupervisedTask):
 
     kind, name = "classification", "classification"
 
-    def __init__(self, cfg: dict[str, Any], device: str | torch.device | None = None):
+    def __init__(self, cfg: dict[str, Any], device: str | torch.device | None = None, dist: Dist | None = None):
         self.metric = cfg["task"].get("metric") or "cross_entropy"
         if self.metric not in CLASSIFICATION_METRICS:
             raise ValueError(f"task.metric must be one of {list(CLASSIFICATION_METRICS)} for task=classification, "
                              f"got {self.metric!r}")
-        super().__init__(cfg, device)
+        super().__init__(cfg, device, dist)
 
-    def _objective(self, X: np.ndarray, y: np.ndarray) -> ClassificationObjective:
+    def _objective(self, X: np.ndarray, y: np.ndarray, metric: str | None = None) -> ClassificationObjective:
         classes = self.data.classes
         codes = np.searchsorted(classes, y)
         return ClassificationObjective(X, codes, len(classes), metric=self.metric, device=self.device)
@@ -221,7 +293,10 @@ class ClassificationTask(SupervisedTask):
         # the decision rule of SymbolicClassifier.predict and model.py: logit > 0, or the arg max
         out = tree.forward(objective.data.X)[0]
         pred = (out[:, 0] > 0).long() if objective.n_out == 1 else out.argmax(-1)
-        return {f"{prefix}_accuracy": float(((pred == objective.y).double() * objective.w).sum())}
+        accuracy = ((pred == objective.y).double() * objective.w).sum()  # w: 1 in all over these rows
+        if isinstance(objective, RowShard):
+            accuracy = objective.reduce(accuracy)
+        return {f"{prefix}_accuracy": float(accuracy)}
 
     def _output_names(self) -> list[str]:
         classes = self._classes()

@@ -19,6 +19,7 @@ import torch
 from . import envs
 from .algorithm import _mix
 from .checkpoint import population_from_state, population_state
+from .distributed import Dist
 from .export import export_policy
 from .policy import ActionMap, ObsNormalizer, evaluate_policies
 from .population import Population
@@ -36,8 +37,12 @@ class Task(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def from_config(cls, cfg: dict[str, Any], device: str | None) -> Task:
-        """The task from the whole (plain) training configuration; ``device`` None: the task's choice."""
+    def from_config(cls, cfg: dict[str, Any], device: str | None, dist: Dist | None = None) -> Task:
+        """The task from the whole (plain) training configuration; ``device`` None: the task's choice.
+
+        ``dist`` (:mod:`gprl.distributed`): this process's rank in a distributed run. Every rank builds the
+        task and calls ``evaluate`` and ``finish`` with the full population; the task evaluates its share and
+        gathers the results, so every rank returns the same fitness and metrics. Only rank 0 writes files."""
 
     @abc.abstractmethod
     def fingerprint(self) -> dict[str, Any]:
@@ -45,7 +50,8 @@ class Task(abc.ABC):
 
     @abc.abstractmethod
     def evaluate(self, population: Population, generation: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Fitness [P] on the population's device and per-generation metrics (JSON-able)."""
+        """Fitness [P] on the population's device and per-generation metrics (JSON-able), the same on
+        every rank."""
 
     @abc.abstractmethod
     def finish(self, population: Population, fitness: torch.Tensor | None, out_dir: str) -> dict[str, Any]:
@@ -75,19 +81,30 @@ class PolicyTask(Task):
 
     A hall of fame keeps the best tree of each generation with the normaliser it was scored under; at the end
     the candidates are validated on fresh episodes of full length and the best mean return is exported.
+
+    Distributed (``dist``): a rank steps only the environments of its shard of individuals (environment
+    ``p * E + e`` of the whole batch resets from ``seed + p * E + e`` wherever it runs); returns and the
+    per-environment observation sums are gathered in global order, so every rank holds the same returns,
+    normaliser and hall of fame as a single process.
     """
 
     def __init__(self, env_cfg: dict[str, Any], pop_size: int, seed: int, device: torch.device,
                  parsimony: float = 0.0, hall_of_fame: int = 8, validation_episodes: int | None = 10,
-                 digits: int = 4):
+                 digits: int = 4, dist: Dist | None = None):
         name = env_cfg["name"]
         backend = env_cfg.get("backend", "auto")
         self.episodes = int(env_cfg.get("episodes", 1))
         if self.episodes < 1:
             raise ValueError(f"env.episodes must be >= 1 (episodes per individual), got {self.episodes}")
+        self.dist = dist or Dist()
+        if self.dist.enabled and backend == "genesis":
+            raise ValueError("env.backend=genesis cannot be split across processes (it draws the reset noise of "
+                             "the whole batch from one generator); run it in a single process")
+        self.shard = self.dist.bounds(pop_size)  # the individuals this rank evaluates
+        self.total_envs = pop_size * self.episodes
         kwargs = dict(env_cfg.get("kwargs") or {})
-        self.env = envs.make(name, backend=backend, num_envs=pop_size * self.episodes, device=device,
-                             seed=int(seed), episode_length=env_cfg.get("episode_length"), **kwargs)
+        self.env = envs.make(name, backend=backend, num_envs=(self.shard[1] - self.shard[0]) * self.episodes,
+                             device=device, seed=int(seed), episode_length=env_cfg.get("episode_length"), **kwargs)
         self.name, self.backend, self.seed, self.pop_size = name, self.env.backend, int(seed), pop_size
         self.device = self.env.device
         self.final_length = int(self.env.episode_length)
@@ -110,11 +127,15 @@ class PolicyTask(Task):
         self.hof: list[dict[str, Any]] = []  # best per generation: tree state, mean, std, fitness, generation
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any], device: str | None) -> PolicyTask:
+    def from_config(cls, cfg: dict[str, Any], device: str | None, dist: Dist | None = None) -> PolicyTask:
         gp, task = cfg["gp"], cfg["task"]
+        if (cfg.get("dist") or {}).get("shard", "population") != "population":
+            raise ValueError("dist.shard=data applies to task=sr|classification; policies shard the population "
+                             "(dist.shard=population)")
         return cls(cfg["env"], pop_size=int(gp["population_size"]), seed=int(cfg["seed"]), device=device,
                    parsimony=float(gp.get("parsimony") or 0.0), hall_of_fame=int(task.get("hall_of_fame", 8)),
-                   validation_episodes=task.get("validation_episodes"), digits=int(task.get("digits", 4)))
+                   validation_episodes=task.get("validation_episodes"), digits=int(task.get("digits", 4)),
+                   dist=dist)
 
     def fingerprint(self) -> dict[str, Any]:
         return {"task": "policy", "env": self.name, "obs_dim": self.n_in, "n_out": self.n_out,
@@ -122,22 +143,27 @@ class PolicyTask(Task):
 
     def _seed(self, *parts: int) -> int:
         # Gymnasium-style per-environment seeds seed + i must stay below 2**31
-        return _mix(self.seed, *parts) % (2**31 - 1 - self.env.num_envs)
+        return _mix(self.seed, *parts) % (2**31 - 1 - self.total_envs)
 
     def evaluate(self, population: Population, generation: int) -> tuple[torch.Tensor, dict[str, Any]]:
         length = episode_length_at(generation, self.start_length, self.final_length, self.ramp)
         mean, std = self.normalizer.mean.clone(), self.normalizer.std.clone()
-        ev = evaluate_policies(population, self.env, self.action_map, mean, std, self.episodes, length,
-                               seed=self._seed(generation, 7), stats=self.normalizer)
+        (a, b), P, E, dist = self.shard, len(population), self.episodes, self.dist
+        with dist.agree("evaluating the population"):
+            ev = evaluate_policies(population[a:b], self.env, self.action_map, mean, std, E, length,
+                                   seed=self._seed(generation, 7) + a * E, collect_stats=self.normalizer.enabled)
+        if ev.obs_stats is not None:
+            self.normalizer.merge_envs(*(dist.gather(x, P, "gathering observation statistics", per=E)
+                                         for x in ev.obs_stats))
         self.normalizer.freeze()  # the next generation sees this generation's observations too
-        ret = ev.returns.to(population.device)
+        ret = dist.gather(ev.returns, P, "gathering the returns").to(population.device)
         i = int(torch.argmax(torch.nan_to_num(ret, nan=-math.inf)))
         self._remember(population[i], mean, std, float(ret[i]), generation)
         fitness = ret.float()
         if self.parsimony:
             fitness = fitness - self.parsimony * population.lengths().float()
         metrics = {"best_return": float(ret[i]), "mean_return": float(ret.mean()),
-                   "episode_length": length, "env_steps": int(ev.env_steps)}
+                   "episode_length": length, "env_steps": int(dist.sum(ev.env_steps, "adding up env steps"))}
         return fitness, metrics
 
     def _remember(self, tree: Population, mean, std, fitness: float, generation: int) -> None:
@@ -163,23 +189,32 @@ class PolicyTask(Task):
         Candidate k plays a contiguous block of episodes (environments ``start_k ..``), so its episodes start
         from seeds ``seed + start_k + e``, which ``scripts/replay.py --reproduce`` replays. With
         ``validation_episodes=0`` the blocks fill the training batch and the training environment is reused
-        (no second compilation on Brax)."""
-        K = len(self.hof)
-        N = K * self.validation_episodes if self.validation_episodes else max(K, self.env.num_envs)
-        reuse = N == self.env.num_envs
-        env = self.env if reuse else envs.make(self.name, backend=self.backend, num_envs=N, device=self.device,
-                                               seed=self.seed, episode_length=self.final_length, **self.env_kwargs)
+        (no second compilation on Brax). Distributed, each rank plays its contiguous share of the N episodes
+        (its training shard when the training environments are reused)."""
+        K, dist = len(self.hof), self.dist
+        N = K * self.validation_episodes if self.validation_episodes else max(K, self.total_envs)
+        reuse = N == self.total_envs
+        n, per = (self.pop_size, self.episodes) if reuse else (N, 1)  # n items of per episodes each
+        a, b = (x * per for x in dist.bounds(n))  # this rank's episodes [a, b) of the N
         sizes = [N // K + (1 if k < N % K else 0) for k in range(K)]
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
-        index = torch.repeat_interleave(torch.arange(K), torch.tensor(sizes))
-        trees = Population.cat([population_from_state(h["tree"], "cpu") for h in self.hof])[index].to(self.device)
-        mean = torch.stack([h["mean"] for h in self.hof])[index].to(self.device)
-        std = torch.stack([h["std"] for h in self.hof])[index].to(self.device)
+        index = torch.repeat_interleave(torch.arange(K), torch.tensor(sizes))[a:b]
         seed = self._seed(0x5EED, 1)
-        ev = evaluate_policies(trees, env, self.action_map, mean, std, 1, self.final_length, seed=seed)
-        if not reuse:
-            env.close()
-        returns = ev.returns.cpu()
+        returns = torch.zeros(0, dtype=torch.float64)
+        with dist.agree("validating the hall of fame"):
+            if b > a:
+                env = self.env if reuse else envs.make(self.name, backend=self.backend, num_envs=b - a,
+                                                       device=self.device, seed=self.seed,
+                                                       episode_length=self.final_length, **self.env_kwargs)
+                trees = Population.cat([population_from_state(h["tree"], "cpu") for h in self.hof])[index]
+                mean = torch.stack([h["mean"] for h in self.hof])[index].to(self.device)
+                std = torch.stack([h["std"] for h in self.hof])[index].to(self.device)
+                ev = evaluate_policies(trees.to(self.device), env, self.action_map, mean, std, 1, self.final_length,
+                                       seed=seed + a)
+                if not reuse:
+                    env.close()
+                returns = ev.returns.cpu()
+        returns = dist.gather(returns, n, "gathering the validation returns", per=per)
         rows = [{"generation": h["generation"], "train_return": h["fitness"],
                  "validation_return": float(returns[starts[k]:starts[k] + sizes[k]].mean()),
                  "validation_seed": seed + starts[k], "validation_episodes": sizes[k]} for k, h in enumerate(self.hof)]
@@ -189,9 +224,13 @@ class PolicyTask(Task):
     def finish(self, population: Population, fitness: torch.Tensor | None, out_dir: str) -> dict[str, Any]:
         if not self.hof:
             raise RuntimeError("no generation was evaluated: nothing to export")
-        best, rows = self.validate()
+        best, rows = self.validate()  # on every rank (each plays its share)
         h = self.hof[best]
         tree = population_from_state(h["tree"], "cpu")
+        result = {"validation_return": rows[best]["validation_return"], "train_return": h["fitness"],
+                  "tree_length": int(tree.lengths()[0])}
+        if not self.dist.is_main:
+            return {"files": {}, "formulas": {}, **result}
         low = None if self.action_map.low is None else self.action_map.low.tolist()
         high = None if self.action_map.high is None else self.action_map.high.tolist()
         meta = {"env": self.name, "backend": self.backend, "episode_length": self.final_length,
@@ -201,8 +240,7 @@ class PolicyTask(Task):
                               low, high, self.obs_names, self.action_names, meta, self.digits)
         with open(files["json"]) as f:
             formulas = json.load(f)["formulas"]
-        return {"files": files, "formulas": formulas, "validation_return": rows[best]["validation_return"],
-                "train_return": h["fitness"], "tree_length": int(tree.lengths()[0])}
+        return {"files": files, "formulas": formulas, **result}
 
     def close(self) -> None:
         self.env.close()

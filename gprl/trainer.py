@@ -4,6 +4,10 @@ The loop is task-agnostic (:mod:`gprl.tasks`): per generation it evaluates the p
 logs a JSON line and a progress bar, varies the population, and every ``checkpoint_every`` generations writes
 a checkpoint atomically. Everything random derives from ``seed`` and the generation number, so a run killed
 and resumed (``resume=<run dir>``) ends bit-identical to an uninterrupted one on the CPU.
+
+Under ``torchrun`` (:mod:`gprl.distributed`) every rank runs this loop: the task evaluates the rank's shard and
+gathers the results, rank 0 alone varies the population (broadcast to all ranks) and alone writes the run
+directory, logs, W&B, checkpoints and exports. Checkpoints hold the full state, whatever the number of ranks.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 
 import torch
 
-from . import envs
+from . import distributed, envs
 from .algorithm import GeneticProgramming
 from .checkpoint import (
     check_fingerprint,
@@ -27,6 +31,7 @@ from .checkpoint import (
     save_checkpoint,
     set_rng_states,
 )
+from .population import Population
 from .tasks import TASKS, Task
 from .tracking import Tracker
 
@@ -68,12 +73,18 @@ def apply_backend_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
-def make_task(cfg: dict[str, Any]) -> Task:
+def make_task(cfg: dict[str, Any], dist: distributed.Dist | None = None) -> Task:
     kind = cfg["task"]["name"]
     if kind not in TASKS:
         raise ValueError(f"task.name: unknown task {kind!r}; choose one of {sorted(TASKS)}")
-    device = None if cfg.get("device", "auto") == "auto" else cfg["device"]
-    return TASKS[kind].from_config(cfg, device)
+    dist = dist or distributed.Dist()
+    task = TASKS[kind].from_config(cfg, dist.task_device(cfg.get("device", "auto")), dist)
+    try:
+        dist.check_task_device(torch.device(task.device))
+    except ValueError:
+        task.close()
+        raise
+    return task
 
 
 def make_gp(gp: dict[str, Any], task: Task, seed: int) -> GeneticProgramming:
@@ -108,7 +119,9 @@ def _truncate_metrics(path: Path, generation: int) -> list[dict[str, Any]]:
 
 
 def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
-    """Runs (or resumes) one training run; returns the summary also written to ``summary.json``."""
+    """Runs (or resumes) one training run; returns the summary also written to ``summary.json``.
+
+    Under torchrun every rank calls this with the same configuration (see the module docstring)."""
     cfg = _plain(cfg)
     # the schema holds both sections; a run keeps only the one its task reads (config.yaml, W&B, fingerprint)
     cfg.pop("dataset" if uses_env(cfg) else "env", None)
@@ -122,12 +135,22 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
     every = int(cfg.get("checkpoint_every", 5))
     if every < 1:
         raise ValueError(f"checkpoint_every must be >= 1, got {every}")
+    pop_size = int(gp_cfg["population_size"])
+
+    dist = distributed.init(cfg)  # world size 1 (every collective a no-op) without torchrun
+    if (cfg.get("dist") or {}).get("shard", "population") == "population" or uses_env(cfg):
+        dist.check_shardable(pop_size, "gp.population_size", "individual")
+    # rank 0's run directory is the run's (the others' Hydra directories are scratch; they write nothing)
+    run_dir = Path(dist.broadcast_object(str(cfg.get("resume") or run_dir)))
+    dist.hint = (f" Checkpoints already written under {run_dir}/checkpoints are intact: continue with "
+                 f"resume={run_dir} (with any number of processes).")
+    main = dist.is_main
 
     state = None
     if cfg.get("resume"):
-        run_dir = cfg["resume"]
-        state = load_checkpoint(run_dir)  # raises before anything is written
-    run_dir = Path(run_dir)
+        with dist.agree("loading the checkpoint"):
+            state = load_checkpoint(run_dir) if main else None  # raises before anything is written
+        state = dist.broadcast_object(state, "sharing the checkpoint")
 
     threads = cfg.get("threads", "auto")
     if threads == "auto":
@@ -138,28 +161,40 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
     elif threads:
         torch.set_num_threads(int(threads))
 
-    task = make_task(cfg)
-    fingerprint = {**task.fingerprint(), "population_size": int(gp_cfg["population_size"]),
-                   "max_len": int(gp_cfg["max_len"])}
-    if state is not None:
-        try:
-            check_fingerprint(state["fingerprint"], fingerprint, run_dir)
-        except ValueError:
-            task.close()
-            raise
-    run_dir.mkdir(parents=True, exist_ok=True)
-    from omegaconf import OmegaConf
+    task = None
+    try:
+        with dist.agree("setting up the task"):
+            task = make_task(cfg, dist)
+        fingerprint = {**task.fingerprint(), "population_size": pop_size, "max_len": int(gp_cfg["max_len"])}
+        if state is not None:
+            check_fingerprint(state["fingerprint"], fingerprint, run_dir)  # the same on every rank
+        with dist.agree("writing the run directory"):
+            if main:
+                run_dir.mkdir(parents=True, exist_ok=True)
+                from omegaconf import OmegaConf
 
-    OmegaConf.save(OmegaConf.create(cfg), run_dir / ("config.yaml" if state is None else "config_resume.yaml"))
+                name = "config.yaml" if state is None else "config_resume.yaml"
+                OmegaConf.save(OmegaConf.create(cfg), run_dir / name)
+    except BaseException:
+        if task is not None:
+            task.close()
+        raise
 
     seed = int(cfg["seed"])
     gp = make_gp(gp_cfg, task, seed)
+
+    def share(population: Population | None) -> Population:
+        # rank 0 varies, every rank evaluates: the new population goes to all ranks
+        return dist.broadcast_population(population, size=pop_size, n_in=task.n_in, n_out=task.n_out,
+                                         max_len=int(gp_cfg["max_len"]), device=gp.device)
+
     metrics_path = run_dir / "metrics.jsonl"
     if state is None:
-        pop = gp.init()
+        pop = share(gp.init() if main else None)
         start_gen, elapsed0, total_steps, wandb_id = 0, 0.0, 0, None
         best_so_far = -math.inf if task.maximize else math.inf
-        metrics_path.write_text("")
+        if main:
+            metrics_path.write_text("")
     else:
         set_rng_states(state["rng"])
         pop = population_from_state(state["population"], gp.device)
@@ -169,30 +204,34 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
         task.load_state_dict(state["task"])
         elapsed0, total_steps, best_so_far = state["elapsed"], state["total_env_steps"], state["best_so_far"]
         wandb_id = state.get("wandb_id")
-        _truncate_metrics(metrics_path, start_gen)
+        if main:
+            _truncate_metrics(metrics_path, start_gen)
 
     wcfg = cfg.get("wandb") or {}
-    tracker = Tracker(wcfg.get("mode", "offline"), config=cfg, directory=str(run_dir), project=wcfg.get("project", "gprl"),
-                      entity=wcfg.get("entity"), group=wcfg.get("group"), tags=wcfg.get("tags"),
-                      name=wcfg.get("name"), run_id=wandb_id)
+    tracker = Tracker(wcfg.get("mode", "offline") if main else "disabled", config=cfg, directory=str(run_dir),
+                      project=wcfg.get("project", "gprl"), entity=wcfg.get("entity"), group=wcfg.get("group"),
+                      tags=wcfg.get("tags"), name=wcfg.get("name"), run_id=wandb_id)
 
-    def snapshot(generation: int) -> dict[str, Any]:
+    def snapshot(generation: int) -> dict[str, Any] | None:
         # the consistent state *before* evaluating ``generation``: what Ctrl-C and periodic checkpoints save
+        if not main:
+            return None
         return {"generation": generation, "fingerprint": fingerprint,
                 "population": {k: v.clone() if torch.is_tensor(v) else v for k, v in population_state(pop).items()},
                 "archive_loss": gp.archive.loss.cpu().clone(), "archive_trees": population_state(gp.archive.trees),
                 "task": task.state_dict(), "elapsed": elapsed0 + time.perf_counter() - t0,
                 "total_env_steps": total_steps, "best_so_far": best_so_far, "wandb_id": tracker.run_id}
 
-    def checkpoint(snap: dict[str, Any]) -> None:
-        save_checkpoint(run_dir, snap["generation"], {k: v for k, v in snap.items() if k != "generation"},
-                        keep=int(cfg.get("keep_checkpoints", 2)))
+    def checkpoint(snap: dict[str, Any] | None) -> None:
+        if snap is not None:
+            save_checkpoint(run_dir, snap["generation"], {k: v for k, v in snap.items() if k != "generation"},
+                            keep=int(cfg.get("keep_checkpoints", 2)))
 
     generations, time_limit = gp_cfg.get("generations"), gp_cfg.get("time_limit")
     best_key = f"best_{task.score_name}"  # best_return (policies) or best_loss (lower is better)
     target = gp_cfg.get("target_return")
     bar = None
-    if cfg.get("progress", True):
+    if cfg.get("progress", True) and main:
         from tqdm import tqdm
 
         bar = tqdm(total=generations, initial=start_gen, unit="gen", dynamic_ncols=True)
@@ -202,40 +241,46 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
         stop = "generations"  # a resumed run that already reached gp.generations: export only
     snap = snapshot(g)
     try:
-        with open(metrics_path, "a") as mf:
+        with open(metrics_path if main else os.devnull, "a") as mf:
             while True:
                 snap = snapshot(g)
                 if stop or (g > start_gen and g % every == 0):
-                    checkpoint(snap)
+                    with dist.agree("writing a checkpoint"):
+                        checkpoint(snap)
                 if stop:
                     break
                 tg = time.perf_counter()
-                fitness, m = task.evaluate(pop, g)
+                fitness, m = task.evaluate(pop, g)  # every rank: its shard, gathered
                 steps = int(m.get("env_steps", 0))
                 total_steps += steps
                 best = float(m.get(best_key, fitness.max() if task.maximize else fitness.min()))
                 best_so_far = max(best_so_far, best) if task.maximize else min(best_so_far, best)
                 dt = time.perf_counter() - tg
                 elapsed = elapsed0 + time.perf_counter() - t0
-                row = {"generation": g, **m, "best_so_far": best_so_far,
-                       "mean_size": float(pop.lengths().float().mean()), "total_env_steps": total_steps,
-                       "env_steps_per_s": steps / max(dt, 1e-9), "generation_s": dt, "elapsed_s": elapsed}
-                mf.write(json.dumps(row) + "\n")
-                mf.flush()
-                tracker.log(row, step=g)
-                if bar is not None:
-                    name = task.score_name
-                    bar.set_postfix(best=f"{m.get(best_key, 0):.4g}", mean=f"{m.get(f'mean_{name}', 0):.4g}",
-                                    size=f"{row['mean_size']:.1f}", sps=f"{row['env_steps_per_s']:.0f}",
-                                    t=f"{elapsed:.0f}s")
-                    bar.update(1)
                 if generations is not None and g + 1 >= generations:
                     stop = "generations"
                 elif time_limit is not None and elapsed >= time_limit:
                     stop = "time_limit"
                 elif target is not None and (best_so_far >= target if task.maximize else best_so_far <= target):
                     stop = "target_return"
-                pop = gp.step(pop, fitness)
+                stop = dist.broadcast_object(stop, "agreeing on the stopping rule")  # rank 0's clock decides
+                new = None
+                with dist.agree("logging and varying the population"):
+                    if main:
+                        row = {"generation": g, **m, "best_so_far": best_so_far,
+                               "mean_size": float(pop.lengths().float().mean()), "total_env_steps": total_steps,
+                               "env_steps_per_s": steps / max(dt, 1e-9), "generation_s": dt, "elapsed_s": elapsed}
+                        mf.write(json.dumps(row) + "\n")
+                        mf.flush()
+                        tracker.log(row, step=g)
+                        if bar is not None:
+                            name = task.score_name
+                            bar.set_postfix(best=f"{m.get(best_key, 0):.4g}", mean=f"{m.get(f'mean_{name}', 0):.4g}",
+                                            size=f"{row['mean_size']:.1f}", sps=f"{row['env_steps_per_s']:.0f}",
+                                            t=f"{elapsed:.0f}s")
+                            bar.update(1)
+                        new = gp.step(pop, fitness)
+                pop = share(new)
                 g += 1
     except KeyboardInterrupt:
         checkpoint(snap)
@@ -243,12 +288,18 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
             bar.close()
         tracker.finish()
         task.close()
-        print(f"\ninterrupted: checkpoint written; continue with resume={run_dir}")
+        if main:
+            print(f"\ninterrupted: checkpoint written; continue with resume={run_dir}")
         raise SystemExit(130) from None
+    except BaseException:
+        if bar is not None:
+            bar.close()
+        task.close()
+        raise
     if bar is not None:
         bar.close()
 
-    result = task.finish(pop, fitness, str(run_dir))
+    result = task.finish(pop, fitness, str(run_dir))  # every rank takes part (validation); rank 0 writes
     files = result.pop("files")
     summary = {"stopped_by": stop, "generations": g, "total_env_steps": total_steps,
                f"best_train_{task.score_name}": best_so_far,
@@ -256,6 +307,11 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
                "wandb": {"id": tracker.run_id, "mode": tracker.mode, "project": wcfg.get("project", "gprl"),
                          "entity": wcfg.get("entity")},
                "files": {k: os.path.basename(v) for k, v in files.items()}}
+    if not main:
+        tracker.finish()
+        task.close()
+        dist.close()
+        return summary
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     headline = ("validation_return",) if task.maximize else ("test_loss", "test_accuracy", "test_r2")
     tracker.log_formula(result.get("formulas", {}), step=g - 1, **{k: result[k] for k in headline if k in result})
@@ -266,6 +322,7 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
     tracker.log_artifact("checkpoint", "checkpoint", [str(p) for p in list_checkpoints(run_dir)[-1:]])
     tracker.finish()
     task.close()
+    dist.close()
     print(json.dumps({k: summary[k] for k in ("stopped_by", "generations", "best_train_return", "best_train_loss",
                                               "validation_return", "test_loss", "test_accuracy", "test_r2",
                                               "elapsed_s") if k in summary}))

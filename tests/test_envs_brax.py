@@ -45,6 +45,16 @@ def test_seeding_and_masking(pendulum: genvs.VecEnv) -> None:
         ended |= te
 
 
+def test_a_shard_of_the_batch_resets_as_in_the_batch(pendulum: genvs.VecEnv) -> None:
+    """Environment i resets from PRNGKey(seed + i): environments [4, 6) of the batch are a batch of 2 reset
+    with seed + 4 (what a distributed run relies on); reset() without a seed continues per environment."""
+    part = genvs.make("inverted_pendulum", backend="brax", num_envs=2, device="cpu")
+    pendulum.reset(), part.reset()  # the first reset without a seed takes make(seed=...)
+    assert torch.equal(pendulum.reset(seed=3)[4:], part.reset(seed=7))
+    assert torch.equal(pendulum.reset()[4:], part.reset())
+    assert not torch.equal(pendulum.reset(seed=3)[4:], pendulum.reset()[4:])
+
+
 def test_dlpack_shares_storage_on_cpu(pendulum: genvs.VecEnv) -> None:
     env = pendulum
     obs = env.reset(seed=0)

@@ -90,6 +90,21 @@ def test_same_seed_same_returns(backend: str) -> None:
     assert not torch.equal(a, c)
 
 
+@pytest.mark.parametrize("backend", ["mujoco", "gymnasium"])
+def test_a_shard_of_the_batch_replays_its_environments(backend: str) -> None:
+    """reset(seed) starts environment i from seed + i: environments [2, 5) of a batch of 5 are a batch of 3
+    reset with seed + 2, step for step (what a distributed run relies on)."""
+    whole = genvs.make("hopper", backend=backend, num_envs=5)
+    part = genvs.make("hopper", backend=backend, num_envs=3)
+    a, b = whole.reset(seed=11), part.reset(seed=13)
+    assert torch.equal(a[2:], b)
+    action = torch.linspace(-1, 1, 15).reshape(5, 3)
+    for _ in range(5):
+        a, ra, *_ = whole.step(action)
+        b, rb, *_ = part.step(action[2:])
+    assert torch.equal(a[2:], b) and torch.equal(ra[2:], rb)
+
+
 def test_mujoco_and_gymnasium_backends_agree() -> None:
     """The same seed gives the same initial states on both backends (Gymnasium's per-environment seeding)."""
     a = genvs.make("halfcheetah", backend="mujoco", num_envs=3).reset(seed=9)
