@@ -95,6 +95,9 @@ class GeneticProgramming:
                  output_prob: float = 0.3, seed: int | torch.Generator | None = 0, device=None):
         if isinstance(pop_size, bool) or not isinstance(pop_size, (int, np.integer)) or pop_size < 1:
             raise ValueError(f"pop_size must be an integer >= 1, got {pop_size!r}")
+        if isinstance(tournament_size, bool) or not isinstance(tournament_size, (int, np.integer)) \
+                or tournament_size < 1:
+            raise ValueError(f"tournament_size must be an integer >= 1, got {tournament_size!r}")
         if selection not in S.SELECTIONS:
             raise ValueError(f"selection must be one of {list(S.SELECTIONS)}, got {selection!r}")
         if isinstance(elitism, bool) or not isinstance(elitism, (int, np.integer)) or not 0 <= elitism <= pop_size:
@@ -116,7 +119,7 @@ class GeneticProgramming:
             raise ValueError(f"rates must sum to <= 1 (the rest is reproduction), got {sum(rates.values()):.4f}")
         self.n_in, self.n_out, self.pop_size, self.max_len = n_in, n_out, int(pop_size), max_len
         self.functions, self.init_method, self.init_depth = functions, init_method, tuple(init_depth)
-        self.selection, self.tournament_size = selection, tournament_size
+        self.selection, self.tournament_size = selection, int(tournament_size)
         self.truncation_fraction, self.rank_pressure = truncation_fraction, rank_pressure
         self.lexicase_epsilon, self.elitism, self.parsimony, self.maximize = lexicase_epsilon, int(elitism), \
             float(parsimony), bool(maximize)
@@ -147,8 +150,8 @@ class GeneticProgramming:
                                  seed=_mix(self.seed, 0xA11CE), device=self.device)
 
     def _select(self, loss: torch.Tensor, errors: torch.Tensor | None, n: int, seed: int) -> torch.Tensor:
-        if self.selection == "tournament":
-            return S.tournament(loss, n, self.tournament_size, seed=seed)
+        if self.selection == "tournament":  # the fused op on the already sanitised loss: one launch
+            return ops.tournament(loss, n, self.tournament_size, seed)
         if self.selection == "truncation":
             return S.truncation(loss, n, self.truncation_fraction, seed=seed)
         if self.selection == "rank":
@@ -181,7 +184,7 @@ class GeneticProgramming:
         g = self.generation
         loss = S.loss_of(fitness, self.maximize)
         self.archive.update(population, loss)
-        sel_loss = S.with_parsimony(loss, population.lengths(), self.parsimony)
+        sel_loss = S.with_parsimony(loss, population.lengths(), self.parsimony) if self.parsimony else loss
         n_kids = self.pop_size - self.elitism
         elites = torch.argsort(loss, stable=True)[: self.elitism]
         parent = self._select(sel_loss, errors, n_kids, _mix(self.seed, g, 1))
