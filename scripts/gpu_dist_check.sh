@@ -16,7 +16,7 @@ OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 MEASURED=${MEASURED:-3}; LENGTH=${LENGTH:-300}; POP=${POP:-20000}
 RUNS=${RUNS:-/tmp/gprl_dist_runs}  # outside $OUT: only the files listed above come back
 rm -rf "$RUNS"; mkdir -p "$RUNS"
-export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE:-/tmp/gprl_cache}
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE:-$PWD/.gprl_cache}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false WANDB_MODE=disabled
 # NVLink multicast stays off on the shared machines (KINDS.md)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
