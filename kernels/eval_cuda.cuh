@@ -158,8 +158,14 @@ __device__ __forceinline__ auto team_tree(const PopView& pop, int64_t p, char* b
   if constexpr (TEAM == TEAM_THREAD) {
     return GlobalTree{pop.kind + o, pop.code + o, pop.out + o, pop.value + o, len};
   } else {
+    // The first G nodes are loaded together with size[0] (one memory round trip for most trees), the rest
+    // in a loop that keeps several loads in flight.
     Node* nodes = reinterpret_cast<Node*>(buf);
-    for (int i = lane; i < len; i += G) nodes[i] = Node{pop.value[o + i], pop.code[o + i], pop.kind[o + i], pop.out[o + i]};
+    Node first{};
+    if (lane < pop.L) first = Node{pop.value[o + lane], pop.code[o + lane], pop.kind[o + lane], pop.out[o + lane]};
+    if (lane < len) nodes[lane] = first;
+#pragma unroll 4
+    for (int i = lane + G; i < len; i += G) nodes[i] = Node{pop.value[o + i], pop.code[o + i], pop.kind[o + i], pop.out[o + i]};
     if constexpr (TEAM == TEAM_WARP) __syncwarp();
     else __syncthreads();
     return PackedTree{nodes, len};
@@ -167,9 +173,12 @@ __device__ __forceinline__ auto team_tree(const PopView& pop, int64_t p, char* b
 }
 
 // Copies the shared input matrix into shared memory ([n_in, D], row fastest); the whole block takes part.
+// Plans stage at most 32 KB, so 32-bit indices suffice (64-bit division is slow on the GPU).
 __device__ __forceinline__ XView stage_inputs(const XView& xv, int n_in, int64_t D, float* xs) {
-  for (int64_t i = threadIdx.x; i < int64_t(n_in) * D; i += blockDim.x) {
-    const int64_t v = i / D, r = i - v * D;
+  const int d = int(D), n = n_in * d;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int v = i / d, r = i - v * d;
     xs[i] = xv.X[r * xv.sr + v * xv.sv];
   }
   __syncthreads();
@@ -220,7 +229,7 @@ struct TeamCtx {
     lay = smem_layout(TEAM, blockDim.x, R, pop.L, n_out, x_in_smem ? int64_t(n_in) * D : 0, fitness);
     xv = x_in_smem ? stage_inputs(x, n_in, D, reinterpret_cast<float*>(smem + lay.x)) : x;
     const int64_t w = int64_t(blockIdx.x) * (blockDim.x / G) + threadIdx.x / G;
-    p = w / nseg;
+    p = nseg == 1 ? w : w / nseg;  // no 64-bit division for the one-segment plans (small, latency-bound cells)
     seg = w - p * nseg;
     valid = p < pop.P;
   }
