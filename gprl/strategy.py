@@ -22,7 +22,7 @@ Which one runs (first match wins): the call's ``strategy=`` argument; :func:`set
 ``auto`` on a CUDA device: the first call of an op on a device times every strategy on a grid of probe
 workloads (a second or two; cached as JSON under the gprl cache directory, keyed by device name, kernel
 build and torch version), predicts a call's time by interpolating that table in log space, takes the
-fastest, and memoises the decision per (op, device, P bucket, D, n_out). If calibration fails, gprl warns
+fastest, and memoises the decision per (op, device, P, D, n_out). If calibration fails, gprl warns
 once and uses the kernels' built-in heuristic. On the CPU the kernels have one mapping; the name is only
 checked.
 """
@@ -58,9 +58,15 @@ PROBE_D = (16, 64, 512, 4096, 65536)
 PROBE_B = (1, 4, 16, 64)  # forward_batched: rows (episodes) per tree
 MAX_PROBE_WORK = 1 << 26
 PROBE_FUNCTIONS = ("add", "sub", "mul", "div", "sin", "cos", "tan")  # scripts/bench_eval.py's set
+# Multi-output cost: each strategy is also timed with PROBE_OUTPUTS outputs on a few (P, D) cells.
+PROBE_OUTPUTS = 4
+OUTPUT_CELLS = {"fitness": ((1024, 64), (1024, 4096), (16384, 64), (16384, 512)),
+                "forward": ((1024, 64), (1024, 4096), (16384, 64), (16384, 512)),
+                "forward_batched": ((1024, 4), (1024, 16), (16384, 1), (16384, 4))}
 CACHE_FORMAT = 1
 
-TimeFn = Callable[[str, str, int, int, float], "float | None"]
+# time_fn(op, strategy, P, D, n_out, limit) -> seconds per call (None: the strategy failed)
+TimeFn = Callable[[str, str, int, int, int, float], "float | None"]
 
 
 def names(op: str) -> tuple[str, ...]:
@@ -104,13 +110,15 @@ if _env:
 class CostModel:
     """Predicted seconds per call from calibration tables, one per op::
 
-        {"P": [...], "D": [...], "mean_len": 27.0, "n_out": 1, "seconds": {strategy: [[t or None] per D] per P}}
+        {"P": [...], "D": [...], "mean_len": 27.0, "seconds": {strategy: [[t or None] per D] per P},
+         "n_out": 4, "output_factor": {strategy: t(4 outputs) / t(1 output)}}
 
-    Inside the probe grid log(time) is bilinear in (log P, log D); beyond its largest P or D time grows in
-    proportion to the work (a saturated GPU); below its smallest it stays at the smallest probe's (launch
-    and latency bound). Cells left out of the calibration are filled the same way from their measured
-    neighbours. Mean tree length scales every strategy alike, so it changes predictions, not choices;
-    the tables are single-output, so n_out does not change them either.
+    Single-output time: inside the probe grid log(time) is bilinear in (log P, log D); beyond its largest
+    P or D time grows in proportion to the work (a saturated GPU); below its smallest it stays at the
+    smallest probe's (launch and latency bound). Cells left out of the calibration are filled the same way
+    from their measured neighbours. n outputs multiply it by output_factor ** log_4(n) (each strategy's own
+    measured geometric-mean ratio). Mean tree length scales every strategy alike: it changes predictions,
+    not choices.
     """
 
     def __init__(self, tables: dict[str, dict]):
@@ -123,7 +131,8 @@ class CostModel:
     def has(self, op: str) -> bool:
         return op in self.tables
 
-    def predict(self, op: str, strategy: str, P: int, D: int, mean_len: float | None = None) -> float:
+    def predict(self, op: str, strategy: str, P: int, D: int, n_out: int = 1,
+                mean_len: float | None = None) -> float:
         table = self.tables[op]
         logt = self._log.get((op, strategy))
         if logt is None:
@@ -136,6 +145,8 @@ class CostModel:
             scale *= D / gd[-1]
         if mean_len is not None:
             scale *= mean_len / table["mean_len"]
+        if n_out > 1 and strategy in table.get("output_factor", {}):
+            scale *= table["output_factor"][strategy] ** (math.log(n_out) / math.log(table["n_out"]))
         i, fx = _locate(gp, P)
         j, fy = _locate(gd, D)
         i1, j1 = min(i + 1, len(gp) - 1), min(j + 1, len(gd) - 1)
@@ -146,9 +157,9 @@ class CostModel:
             + fx * fy * corners[3]
         return math.exp(v) * scale
 
-    def best(self, op: str, P: int, D: int) -> str:
+    def best(self, op: str, P: int, D: int, n_out: int = 1) -> str:
         """The strategy with the smallest predicted time (ties: the first in ``names(op)``)."""
-        return min(OP_STRATEGIES[op], key=lambda s: self.predict(op, s, P, D))
+        return min(OP_STRATEGIES[op], key=lambda s: self.predict(op, s, P, D, n_out))
 
 
 def _locate(grid: Sequence[float], x: float) -> tuple[int, float]:
@@ -181,22 +192,36 @@ def calibrate(op: str, time_fn: TimeFn, mean_len: float = 27.0, grid=None,
               max_work: int = MAX_PROBE_WORK) -> dict:
     """Times every strategy of `op` on the probe grid and returns its table (see :class:`CostModel`).
 
-    ``time_fn(op, strategy, P, D, limit)`` returns seconds per call; once a first call takes longer than
-    ``limit`` seconds it may stop refining (the strategy has lost that cell anyway).
+    ``time_fn(op, strategy, P, D, n_out, limit)`` returns seconds per call; once a first call takes longer
+    than ``limit`` seconds it may stop refining (the strategy has lost that cell anyway).
     """
     gp, gd = grid or probe_grid(op)
     seconds = {s: [[None] * len(gd) for _ in gp] for s in OP_STRATEGIES[op]}
     for i, P in enumerate(gp):
         for j, D in enumerate(gd):
-            if P * D > max_work:
-                continue
-            best = math.inf
-            for s in OP_STRATEGIES[op]:
-                t = time_fn(op, s, P, D, 4 * best)
-                seconds[s][i][j] = t
-                if t is not None:
-                    best = min(best, t)
-    return {"P": list(gp), "D": list(gd), "mean_len": mean_len, "n_out": 1, "seconds": seconds}
+            if P * D <= max_work:
+                _time_cell(op, time_fn, P, D, 1, {s: row[i] for s, row in seconds.items()}, j)
+    ratios: dict[str, list[float]] = {s: [] for s in OP_STRATEGIES[op]}
+    for P, D in OUTPUT_CELLS[op]:
+        single, multi = {s: [None] for s in ratios}, {s: [None] for s in ratios}
+        _time_cell(op, time_fn, P, D, 1, single, 0)
+        _time_cell(op, time_fn, P, D, PROBE_OUTPUTS, multi, 0)
+        for s, rs in ratios.items():
+            if single[s][0] and multi[s][0]:
+                rs.append(multi[s][0] / single[s][0])
+    factor = {s: math.exp(statistics.fmean(math.log(r) for r in rs)) for s, rs in ratios.items() if rs}
+    return {"P": list(gp), "D": list(gd), "mean_len": mean_len, "seconds": seconds, "n_out": PROBE_OUTPUTS,
+            "output_factor": factor}
+
+
+def _time_cell(op: str, time_fn: TimeFn, P: int, D: int, n_out: int, out: dict[str, list], j: int) -> None:
+    """Times every strategy on one cell into out[strategy][j]."""
+    best = math.inf
+    for s in OP_STRATEGIES[op]:
+        t = time_fn(op, s, P, D, n_out, 4 * best)
+        out[s][j] = t
+        if t is not None:
+            best = min(best, t)
 
 
 # ---- calibration on a CUDA device ----
@@ -207,35 +232,39 @@ class _Probes:
         from .population import Population
 
         gen = torch.Generator().manual_seed(0)
-        self.pop = Population.random(max(PROBE_P), 8, functions=list(PROBE_FUNCTIONS), min_depth=3, max_depth=8,
-                                     max_len=256, seed=0, device=device)
+        kw = {"functions": list(PROBE_FUNCTIONS), "min_depth": 3, "max_depth": 8, "max_len": 256, "seed": 0,
+              "device": device}
+        self.pops = {1: Population.random(max(PROBE_P), 8, **kw),
+                     PROBE_OUTPUTS: Population.random(max(P for c in OUTPUT_CELLS.values() for P, _ in c), 8,
+                                                      PROBE_OUTPUTS, **kw)}
+        self.pop = self.pops[1]
         self.mean_len = float(self.pop.lengths().float().mean())
-        self.stack = self.pop.max_stack()
+        self.stack = max(p.max_stack() for p in self.pops.values())
         self.X = (torch.rand(max(PROBE_D), 8, generator=gen) * 2 - 1).to(device)
-        self.y = torch.rand(1, max(PROBE_D), generator=gen).to(device)
+        self.y = torch.rand(PROBE_OUTPUTS, max(PROBE_D), generator=gen).to(device)
         n = max(PROBE_P) * max(PROBE_B) * 8 if batched else 0
         self.Xb = (torch.rand(n, generator=gen) * 2 - 1).to(device)
-        self.data: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.data: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def call(self, op: str, strategy: str, P: int, D: int) -> Callable[[], torch.Tensor]:
+    def call(self, op: str, strategy: str, P: int, D: int, n_out: int) -> Callable[[], torch.Tensor]:
         from .ops import ops
 
-        t = tuple(x[:P] for x in self.pop.tensors())
+        t = tuple(x[:P] for x in self.pops[n_out].tensors())
         sid = IDS[strategy]
         if op == "forward_batched":
             X = self.Xb[:P * D * 8].view(P, D, 8)
-            return lambda: ops.forward_batched(*t, X, 1, self.stack, sid)
-        if D not in self.data:  # the layout a Dataset gives: contiguous [n_in, D] and [n_out, D]
-            self.data[D] = (self.X[:D].t().contiguous(), self.y[:, :D].contiguous())
-        Xt, yt = self.data[D]
+            return lambda: ops.forward_batched(*t, X, n_out, self.stack, sid)
+        if (D, n_out) not in self.data:  # the layout a Dataset gives: contiguous [n_in, D] and [n_out, D]
+            self.data[D, n_out] = (self.X[:D].t().contiguous(), self.y[:n_out, :D].contiguous())
+        Xt, yt = self.data[D, n_out]
         if op == "forward":
-            return lambda: ops.forward(*t, Xt, 1, self.stack, sid)
+            return lambda: ops.forward(*t, Xt, n_out, self.stack, sid)
         return lambda: ops.fitness(*t, Xt, yt, None, 0, self.stack, sid)
 
 
 def _cuda_time_fn(probes: _Probes) -> TimeFn:
-    def time_fn(op: str, strategy: str, P: int, D: int, limit: float) -> float:
-        fn = probes.call(op, strategy, P, D)
+    def time_fn(op: str, strategy: str, P: int, D: int, n_out: int, limit: float) -> float:
+        fn = probes.call(op, strategy, P, D, n_out)
         fn()  # warm-up: lazy kernel loading, allocator
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         times = []
@@ -371,22 +400,24 @@ def choose(op: str, name: str | None, device: torch.device, P: int, D: int, n_ou
         return sid
     if device.type != "cuda":
         return AUTO
-    key = (op, device.index, _p_bucket(P), D, n_out)
-    sid = _memo.get(key)
+    sid = _memo.get((op, device.index, P, D, n_out))  # a GP loop repeats the same shapes
     if sid is None:
-        sid = _decide(op, device, key)
+        sid = _decide(op, device, P, D, n_out)
     return sid
 
 
-def _decide(op: str, device: torch.device, key: tuple) -> int:
+def _decide(op: str, device: torch.device, P: int, D: int, n_out: int) -> int:
     if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
         return AUTO  # no timing inside a CUDA graph capture; decide on a later call
-    m = model(device, op)
-    if not m.has(op):
-        sid = AUTO
-    else:
-        sid = IDS[m.best(op, max(1, _bucket_size(key[2])), key[3])]
-    _memo[key] = sid
+    bucket = (op, device.index, "bucket", _p_bucket(P), D, n_out)
+    sid = _memo.get(bucket)
+    if sid is None:
+        m = model(device, op)
+        sid = IDS[m.best(op, max(1, _bucket_size(bucket[3])), D, n_out)] if m.has(op) else AUTO
+        _memo[bucket] = sid
+    if len(_memo) > 1 << 16:  # many distinct shapes: start over rather than grow without bound
+        _memo.clear()
+    _memo[op, device.index, P, D, n_out] = sid
     return sid
 
 

@@ -104,7 +104,8 @@ def strategy_cells(args, gen: torch.Generator) -> dict:
                     "auto_over_best": round(seconds["auto"] / fixed[best], 3),
                     "gpops_auto": P * mean_size * D / seconds["auto"],
                     "seconds": seconds,
-                    "predicted_seconds": {s: model.predict(op, s, P, D, mean_size) for s in strategy.names(op)}
+                    "predicted_seconds": {s: model.predict(op, s, P, D, mean_len=mean_size)
+                                          for s in strategy.names(op)}
                     if model.has(op) else None}
             if seconds["auto"] < 1e-3:  # small cells: the per-call cost when calls run back to back
                 cell["back_to_back_seconds"] = back_to_back(lambda c=call: c(None), 300)

@@ -251,6 +251,8 @@ def test_auto_choice_is_the_argmin_of_the_calibrated_table():
                 for j, D in enumerate(gd):
                     if P * D <= strategy.MAX_PROBE_WORK:
                         assert grid[i][j] is not None and 0 < grid[i][j] < 10, (op, s, P, D)
+        assert set(m.tables[op]["output_factor"]) == set(strategy.names(op))
         for P in (*gp, 128, 4096, 1 << 18):  # powers of two: their own P bucket's size
             for D in (*gd, 3, 60, 392, 20_640, 100_000):
-                assert strategy.auto(op, dev, P, D) == m.best(op, P, D), (op, P, D)
+                for n_out in (1, 3):
+                    assert strategy.auto(op, dev, P, D, n_out) == m.best(op, P, D, n_out), (op, P, D, n_out)

@@ -27,17 +27,21 @@ LAWS = {
 }
 
 
-def law(s, P, D):
+# and a cost per output doubling: t(n outputs) = t(1) * OUT[s] ** log_4(n)
+OUT = {"thread": 3.0, "warp": 1.5, "hybrid_r1": 1.2, "hybrid_r2": 1.3, "hybrid_r4": 1.9, "data": 1.1, "row": 2.0}
+
+
+def law(s, P, D, n_out=1):
     c, a, b = LAWS[s]
-    return c * P**a * D**b
+    return c * P**a * D**b * OUT[s] ** math.log(n_out, 4)
 
 
-def fake_time_fn(op, s, P, D, limit):
-    return law(s, P, D)
+def fake_time_fn(op, s, P, D, n_out, limit):
+    return law(s, P, D, n_out)
 
 
-def true_best(op, P, D):
-    return min(names(op), key=lambda s: law(s, P, D))
+def true_best(op, P, D, n_out=1):
+    return min(names(op), key=lambda s: law(s, P, D, n_out))
 
 
 @pytest.fixture(autouse=True)
@@ -189,8 +193,19 @@ def test_model_extrapolates_by_work_and_fills_skipped_cells():
         2 * m.predict("fitness", "warp", 1024, 64), rel=1e-9)
 
 
+def test_model_prices_outputs_per_strategy():
+    m = CostModel({"fitness": calibrate("fitness", fake_time_fn)})
+    assert m.tables["fitness"]["output_factor"] == pytest.approx({s: OUT[s] for s in names("fitness")}, rel=1e-9)
+    for n_out in (2, 16, 200):
+        assert m.predict("fitness", "thread", 4096, 64, n_out) == pytest.approx(law("thread", 4096, 64, n_out), rel=1e-9)
+        for P, D in ((300, 30), (4096, 64), (30_000, 2000)):
+            assert m.best("fitness", P, D, n_out) == true_best("fitness", P, D, n_out)
+    # outputs change the choice somewhere on the grid (the fake laws are built so)
+    assert any(m.best("fitness", P, D, 64) != m.best("fitness", P, D) for P in PROBE_P for D in PROBE_D)
+
+
 def test_failed_strategy_probe_never_wins():
-    def partly_broken(op, s, P, D, limit):
+    def partly_broken(op, s, P, D, n_out, limit):
         return None if s == "thread" else law(s, P, D)
 
     m = CostModel({"fitness": calibrate("fitness", partly_broken)})
@@ -210,6 +225,7 @@ def test_calibrated_once_cached_and_memoised(monkeypatch, tmp_path):
     assert strategy.auto("fitness", CUDA0, 1024, 512) == true_best("fitness", 1024, 512)
     assert strategy.choose("fitness", None, CUDA0, 16384, 64) == IDS[true_best("fitness", 16384, 64)]
     assert strategy.choose("fitness", None, CUDA0, 1030, 512) == strategy.choose("fitness", None, CUDA0, 1200, 512)
+    assert strategy.auto("fitness", CUDA0, 4096, 64, n_out=16) == true_best("fitness", 4096, 64, 16)
     assert calls == [0]  # one calibration per (device, op), then memoised decisions
     files = list((tmp_path / "strategy").glob("*.json"))
     assert len(files) == 1
