@@ -51,12 +51,13 @@ OP_STRATEGIES = {
 }
 _OP_IDS = {op: {n: IDS[n] for n in names} for op, names in OP_STRATEGIES.items()}
 
-# Probe grid: trees P x rows per tree D. Cells above MAX_PROBE_WORK (P * D) are not timed: there the GPU is
-# saturated and time grows with the work, which is how the model extrapolates beyond its largest probes.
-PROBE_P = (64, 1024, 16384, 131072)
-PROBE_D = (16, 64, 512, 4096, 65536)
-PROBE_B = (1, 4, 16, 64)  # forward_batched: rows (episodes) per tree
-MAX_PROBE_WORK = 1 << 26
+# Probe grid: trees P x rows per tree D, a factor 4 apart. Cells above MAX_PROBE_WORK (P * D) are not
+# timed: there the GPU is saturated (16M rows are ~15 waves of an H100) and time grows with the work,
+# which is how the model extrapolates beyond its largest probes.
+PROBE_P = (64, 256, 1024, 4096, 16384, 131072)
+PROBE_D = (16, 64, 256, 1024, 4096, 16384, 65536)
+PROBE_B = (1, 2, 4, 8, 16, 64)  # forward_batched: rows (episodes) per tree
+MAX_PROBE_WORK = 1 << 24
 PROBE_FUNCTIONS = ("add", "sub", "mul", "div", "sin", "cos", "tan")  # scripts/bench_eval.py's set
 # Multi-output cost: each strategy is also timed with PROBE_OUTPUTS outputs on a few (P, D) cells.
 PROBE_OUTPUTS = 4

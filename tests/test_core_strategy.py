@@ -167,10 +167,12 @@ def test_model_reproduces_probes_and_picks_the_argmin():
                 for s in names(op):
                     assert m.predict(op, s, P, D) == pytest.approx(law(s, P, D), rel=1e-9)
                 assert m.best(op, P, D) == true_best(op, P, D)
-        # inside the grid a power law is interpolated exactly: the argmin holds off the probes too
+        # between measured probes a power law is interpolated exactly: the argmin holds off the probes too
         for P in (100, 1000, 3000, 10_000, 50_000):
-            for D in (20, 60, 392, 1000, gd[-1] // 2):
-                if P * D <= strategy.MAX_PROBE_WORK // 4 and D <= gd[-1]:
+            for D in (3, 20, 60, 392, 1000, gd[-1] // 2):
+                D = min(D, gd[-1])
+                upper = [next(g for g in grid if g >= x) for grid, x in ((gp, P), (gd, max(D, gd[0])))]
+                if upper[0] * upper[1] <= strategy.MAX_PROBE_WORK and D >= gd[0]:
                     assert m.predict(op, "warp", P, D) == pytest.approx(law("warp", P, D), rel=1e-9)
                     assert m.best(op, P, D) == true_best(op, P, D)
 
