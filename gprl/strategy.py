@@ -255,11 +255,12 @@ class _Probes:
         if op == "forward_batched":
             X = self.Xb[:P * D * 8].view(P, D, 8)
             return lambda: ops.forward_batched(*t, X, n_out, self.stack, sid)
-        if (D, n_out) not in self.data:  # the layout a Dataset gives: contiguous [n_in, D] and [n_out, D]
+        if op == "forward":  # Population.forward's layout: the transposed view of a row-major X
+            Xt = self.X[:D].t()
+            return lambda: ops.forward(*t, Xt, n_out, self.stack, sid)
+        if (D, n_out) not in self.data:  # a Dataset's layout: contiguous [n_in, D] and [n_out, D]
             self.data[D, n_out] = (self.X[:D].t().contiguous(), self.y[:n_out, :D].contiguous())
         Xt, yt = self.data[D, n_out]
-        if op == "forward":
-            return lambda: ops.forward(*t, Xt, n_out, self.stack, sid)
         return lambda: ops.fitness(*t, Xt, yt, None, 0, self.stack, sid)
 
 
