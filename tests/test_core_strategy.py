@@ -260,3 +260,25 @@ def test_calibration_failure_warns_once_and_falls_back(monkeypatch):
     assert strategy.auto("fitness", CUDA0, 100_000, 60) is None  # the kernels' heuristic; no second warning
     # a forced strategy still works without a model
     assert strategy.choose("fitness", "hybrid_r1", CUDA0, 1000, 60) == IDS["hybrid_r1"]
+
+
+def test_probe_workloads_run_every_strategy(monkeypatch):
+    # the calibration's workloads, on the CPU and shrunk: every (op, strategy, n_out) call runs and has the
+    # right shape; a wall-clock timer gives a complete table
+    monkeypatch.setattr(strategy, "PROBE_P", (4, 16))
+    monkeypatch.setattr(strategy, "PROBE_D", (3, 40))
+    monkeypatch.setattr(strategy, "PROBE_B", (1, 5))
+    monkeypatch.setattr(strategy, "OUTPUT_CELLS", {op: ((16, 5),) for op in strategy.OP_STRATEGIES})
+    probes = strategy._Probes(torch.device("cpu"), batched=True)
+    assert 5 < probes.mean_len < 60
+
+    def wall(op, s, P, D, n_out, limit):
+        out = probes.call(op, s, P, D, n_out)()
+        assert out.shape == ((P,) if op == "fitness" else (P, D, n_out))
+        return 1e-6 * (1 + names(op).index(s))
+
+    for op in strategy.OP_STRATEGIES:
+        table = calibrate(op, wall, probes.mean_len)
+        m = CostModel({op: table})
+        assert m.best(op, 10, 10) == names(op)[0]
+        assert set(table["output_factor"]) == set(names(op))
