@@ -22,9 +22,9 @@ Which one runs (first match wins): the call's ``strategy=`` argument; :func:`set
 ``auto`` on a CUDA device: the first call of an op on a device times every strategy on a grid of probe
 workloads (a second or two; cached as JSON under the gprl cache directory, keyed by device name, kernel
 build and torch version), predicts a call's time by interpolating that table in log space, takes the
-fastest, and memoises the decision per (op, device, P, D, n_out). If calibration fails, gprl warns
-once and uses the kernels' built-in heuristic. On the CPU the kernels have one mapping; the name is only
-checked.
+fastest, and memoises the decision per (op, device, P, D, n_out), shared by populations within ~25% in
+size. If calibration fails, gprl warns once and uses the kernels' built-in heuristic. On the CPU the
+kernels have one mapping; the name is only checked.
 """
 
 from __future__ import annotations
@@ -75,9 +75,8 @@ def names(op: str) -> tuple[str, ...]:
     return OP_STRATEGIES[op]
 
 
-def _invalid(op: str, name, where: str = "strategy") -> ValueError:
-    return ValueError(f"{where}={name!r} is not a strategy of {op}; choose one of "
-                      f"{['auto', *OP_STRATEGIES[op]]}")
+def _invalid(op: str, name) -> ValueError:
+    return ValueError(f"strategy={name!r} is not a strategy of {op}; choose one of {['auto', *OP_STRATEGIES[op]]}")
 
 
 # ---- overrides ----
@@ -350,12 +349,16 @@ def model(device: torch.device | str, op: str | None = None) -> CostModel:
         if op is not None and op not in tables:
             try:
                 tables[op] = _calibrate_on(index, op)
-                save_tables(name, tables)
             except Exception as e:  # noqa: BLE001  never fail a user's call over a speed choice
                 _failed.add((index, op))
-                tables.pop(op, None)
                 warnings.warn(f"gprl: calibrating the {op} strategies on {name} failed ({type(e).__name__}: {e}); "
                               "using the built-in heuristic", RuntimeWarning, stacklevel=2)
+            else:
+                try:
+                    save_tables(name, tables)
+                except OSError as e:  # the choice stands for this process; the next one calibrates again
+                    warnings.warn(f"gprl: could not cache the strategy calibration ({e})", RuntimeWarning,
+                                  stacklevel=2)
         m = _models[index] = CostModel(tables)
         return m
 

@@ -282,3 +282,13 @@ def test_probe_workloads_run_every_strategy(monkeypatch):
         m = CostModel({op: table})
         assert m.best(op, 10, 10) == names(op)[0]
         assert set(table["output_factor"]) == set(names(op))
+
+
+def test_unwritable_cache_keeps_the_calibration(monkeypatch):
+    def refuse(*args):
+        raise OSError("read-only file system")
+
+    monkeypatch.setattr(strategy, "_time_fn_factory", lambda index: (fake_time_fn, 27.0))
+    monkeypatch.setattr(strategy, "save_tables", refuse)
+    with pytest.warns(RuntimeWarning, match="could not cache"):
+        assert strategy.auto("fitness", CUDA0, 1024, 512) == true_best("fitness", 1024, 512)
