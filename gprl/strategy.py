@@ -217,7 +217,7 @@ def calibrate(op: str, time_fn: TimeFn, mean_len: float = 27.0, grid=None,
 def _time_cell(op: str, time_fn: TimeFn, P: int, D: int, n_out: int, out: dict[str, list], j: int) -> None:
     """Times every strategy on one cell into out[strategy][j]."""
     best = math.inf
-    for s in OP_STRATEGIES[op]:
+    for s in reversed(OP_STRATEGIES[op]):  # block mappings first: their time lets a slow thread mapping stop early
         t = time_fn(op, s, P, D, n_out, 4 * best)
         out[s][j] = t
         if t is not None:
