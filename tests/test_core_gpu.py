@@ -6,7 +6,7 @@ import reference as ref
 import torch
 
 import gprl
-from gprl import Population
+from gprl import Population, strategy
 from gprl.functions import BY_NAME
 
 pytestmark = pytest.mark.gpu
@@ -118,3 +118,141 @@ def test_malformed_tree_gives_nan_not_a_crash():
 def test_opcheck_cuda():
     from test_core_api import opcheck_all
     opcheck_all("cuda")
+
+
+# ---- evaluation strategies (gprl/strategy.py, kernels/strategy.h) ----
+FIT = strategy.names("fitness")
+BAT = strategy.names("forward_batched")
+assert_close = torch.testing.assert_close
+
+
+def edge_trees(max_len: int, n_out: int) -> Population:
+    """A one-node variable tree, a one-node constant tree and a tree of exactly max_len nodes: sin over a
+    left-deep chain (the chain keeps (max_len - 2) / 2 + 1 values on the stack)."""
+    chain = left_deep_chain((max_len - 2) // 2, max_len)
+    t = [x.clone() for x in chain.tensors()]
+    kind, code, out, value, size = (x.roll(1, dims=1) for x in t)
+    kind[0, 0], code[0, 0], out[0, 0], value[0, 0], size[0, 0] = 3, BY_NAME["sin"].id, 0, 0.0, max_len
+    kind, code, out, value, size = (torch.cat([x, torch.zeros_like(x), torch.zeros_like(x)]) for x in
+                                    (kind, code, out, value, size))
+    kind[1, 0], code[1, 0], size[1, 0] = 1, 4, 1  # x4
+    kind[2, 0], value[2, 0], size[2, 0] = 2, 0.25, 1  # 0.25
+    pop = Population(kind, code, out, value, size, n_in=5, n_out=n_out).check()
+    assert int(pop.lengths()[0]) == max_len
+    return pop
+
+
+def with_edges(P, n_out, max_len, depth, seed):
+    pop = Population.random(P, 5, n_out, max_len=max_len, max_depth=depth, functions=SMOOTH, output_prob=0.4,
+                            seed=seed)
+    return Population.cat([pop, edge_trees(max_len, n_out)])
+
+
+# D from 1 to 1e6 (not multiples of any block or warp), trees up to max_len 1024
+STRATEGY_CASES = [(300, 1, 64, 5), (300, 31, 64, 5), (300, 33, 1024, 9), (257, 60, 256, 8), (100, 129, 1024, 9),
+                  (64, 1000, 1024, 9), (64, 4097, 256, 8), (16, 65537, 64, 6), (8, 1_000_000, 32, 4)]
+
+
+@pytest.mark.parametrize("P,D,max_len,depth", STRATEGY_CASES)
+@pytest.mark.parametrize("n_out", [1, 3])
+def test_every_strategy_equals_cpu_and_is_deterministic(P, D, max_len, depth, n_out):
+    cpu = with_edges(P, n_out, max_len, depth, seed=D)
+    gpu = cpu.to("cuda")
+    X, y, w = torch.rand(D, 5) * 2 - 1, torch.randn(D, n_out), torch.rand(D)
+    data, data_g = gprl.Dataset(X, y), gprl.Dataset(X, y, device="cuda")
+    wdata, wdata_g = gprl.Dataset(X, y, w), gprl.Dataset(X, y, w, device="cuda")
+    metrics = ("mse", "mae", "rmse")
+    expect = {m: cpu.fitness(data, metric=m) for m in metrics}
+    expect_w = cpu.fitness(wdata, metric="rmse")
+    expect_y = cpu.forward(X) if D <= 65537 else None
+    first_y = None
+    for s in FIT:
+        for m in metrics:
+            a = gpu.fitness(data_g, metric=m, strategy=s)
+            assert torch.equal(a, gpu.fitness(data_g, metric=m, strategy=s)), (s, m)
+            assert_close(a.cpu(), expect[m], rtol=1e-5, atol=1e-6, msg=lambda e, s=s, m=m: f"{s} {m}: {e}")
+        assert_close(gpu.fitness(wdata_g, metric="rmse", strategy=s).cpu(), expect_w, rtol=1e-5, atol=1e-6,
+                     msg=lambda e, s=s: f"{s} weighted: {e}")
+        if expect_y is None:
+            continue
+        Y = gpu.forward(X.cuda(), strategy=s)
+        assert torch.equal(Y, gpu.forward(X.cuda(), strategy=s)), s
+        if first_y is None:
+            first_y = Y
+            assert_close(Y.cpu(), expect_y, rtol=1e-5, atol=1e-5)
+        else:  # one interpreter for every mapping: bit-identical predictions
+            assert torch.equal(Y, first_y), s
+
+
+@pytest.mark.parametrize("P,B", [(1, 1), (300, 1), (300, 3), (1000, 16), (100, 33), (40, 200)])
+@pytest.mark.parametrize("n_out", [1, 4])
+def test_batched_strategies_equal_cpu(P, B, n_out):
+    cpu = with_edges(P, n_out, 256, 8, seed=B)
+    gpu = cpu.to("cuda")
+    Xb = torch.rand(len(cpu), B, 10) * 2 - 1
+    X = Xb[..., ::2]  # a strided view: the kernels read it in place
+    expect = cpu.forward(X)
+    first = None
+    for s in BAT:
+        Y = gpu.forward(X.cuda(), strategy=s)
+        assert torch.equal(Y, gpu.forward(X.cuda(), strategy=s)), s
+        Ys = torch.ops.gprl.forward_batched(*gpu.tensors(), Xb.cuda()[..., ::2], n_out, gpu.max_stack(),
+                                            strategy.IDS[s])
+        assert torch.equal(Ys, Y), s
+        if first is None:
+            first = Y
+            assert_close(Y.cpu(), expect, rtol=1e-5, atol=1e-5)
+        else:
+            assert torch.equal(Y, first), s
+
+
+@pytest.mark.parametrize("n_out", [17, 200])
+def test_many_outputs_every_strategy(n_out):
+    # per-thread output buffers shrink rows per thread, then threads per block, to fit shared memory
+    cpu = Population.random(150, 4, n_out, max_len=128, max_depth=7, functions=SMOOTH, output_prob=0.6, seed=n_out)
+    gpu = cpu.to("cuda")
+    X, y = torch.rand(1500, 4) * 2 - 1, torch.randn(1500, n_out)
+    data_g = gprl.Dataset(X, y, device="cuda")
+    expect, expect_y = cpu.fitness(X, y), cpu.forward(X)
+    for s in FIT:
+        assert_close(gpu.fitness(data_g, strategy=s).cpu(), expect, rtol=1e-5, atol=1e-6)
+        assert_close(gpu.forward(X.cuda(), strategy=s).cpu(), expect_y, rtol=1e-5, atol=1e-5)
+    Xb = torch.rand(150, 5, 4)
+    for s in BAT:
+        assert_close(gpu.forward(Xb.cuda(), strategy=s).cpu(), cpu.forward(Xb), rtol=1e-5, atol=1e-5)
+
+
+def test_malformed_trees_give_nan_for_every_strategy():
+    pop = Population.from_expressions(["x0 + x1", "x0 * x1", "x1"], n_in=2, max_len=3).to("cuda")
+    pop.size[0, 0] = 2  # the add lacks a child
+    pop.size[1, 0] = 100  # longer than max_len: never staged past the buffer
+    ops = torch.ops.gprl
+    Xt, yt = torch.ones(2, 70, device="cuda"), torch.zeros(1, 70, device="cuda")
+    for s in FIT:
+        sid = strategy.IDS[s]
+        Y = ops.forward(*pop.tensors(), Xt, 1, 4, sid)
+        assert torch.isnan(Y[:2]).all() and torch.equal(Y[2], torch.ones(70, 1, device="cuda")), s
+        f = ops.fitness(*pop.tensors(), Xt, yt, None, 0, 4, sid)
+        assert torch.isnan(f[:2]).all() and f[2].item() == 1.0, s
+    for s in BAT:
+        Y = ops.forward_batched(*pop.tensors(), torch.ones(3, 5, 2, device="cuda"), 1, 4, strategy.IDS[s])
+        assert torch.isnan(Y[:2]).all() and bool((Y[2] == 1).all()), s
+    torch.cuda.synchronize()
+
+
+def test_auto_choice_is_the_argmin_of_the_calibrated_table():
+    dev = torch.device("cuda", 0)
+    for op in strategy.OP_STRATEGIES:
+        m = strategy.model(dev, op)
+        assert m.has(op), f"calibrating {op} failed (see the warning)"
+        gp, gd = strategy.probe_grid(op)
+        for s, grid in m.tables[op]["seconds"].items():
+            for i, P in enumerate(gp):
+                for j, D in enumerate(gd):
+                    if P * D <= strategy.MAX_PROBE_WORK:
+                        assert grid[i][j] is not None and 0 < grid[i][j] < 10, (op, s, P, D)
+        assert set(m.tables[op]["output_factor"]) == set(strategy.names(op))
+        for P in (*gp, 128, 4096, 1 << 18):  # powers of two: their own P bucket's size
+            for D in (*gd, 3, 60, 392, 20_640, 100_000):
+                for n_out in (1, 3):
+                    assert strategy.auto(op, dev, P, D, n_out) == m.best(op, P, D, n_out), (op, P, D, n_out)

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Evaluation strategies on the lent GPU machine (offline; torch and nvcc preinstalled): build the kernels,
+# calibrate the strategy cost model from scratch (timed), run the GPU tests, time every strategy against the
+# automatic choice (bench_eval --strategies) and print a compact table. About 6 minutes. Logs go to $OUT
+# (default ./gpu_out; at most 8 files come back). Usage: bash scripts/gpu_strat_check.sh
+set -uo pipefail
+OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE:-/tmp/gprl_cache}
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # the checkout, not an installed gprl
+deadline=$(( $(date +%s) + 340 ))
+left() { echo $(( deadline - $(date +%s) )); }
+budget() { local b=$(( $(left) - $1 )); echo $(( b > $2 ? b : $2 )); }  # time left minus $1, at least $2
+
+nvidia-smi -L | tee "$OUT/build.log"
+start=$(date +%s)
+python3 -c "import gprl.ops, gprl._build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/build.log"
+echo "build seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/build.log"
+
+# calibration from an empty strategy cache: its cost is paid once per device, kernel build and torch
+rm -rf "$GPRL_CACHE/strategy"
+python3 - <<'PY' 2>&1 | tee -a "$OUT/build.log"
+import time, warnings
+import torch
+from gprl import strategy
+warnings.simplefilter("error")  # a failed calibration must show here, not fall back quietly
+dev = torch.device("cuda", 0)
+for op in strategy.OP_STRATEGIES:
+    t0 = time.perf_counter()
+    strategy.model(dev, op)
+    print(f"calibration {op}: {time.perf_counter() - t0:.2f} s")
+PY
+cp "$GPRL_CACHE"/strategy/*.json "$OUT/calibration.json" 2>/dev/null
+
+timeout "$(budget 150 60)" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_core_gpu.py 2>&1 \
+  | tee "$OUT/gpu_tests.log" | tail -n 25
+timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_core_strategy.py 2>&1 | tee -a "$OUT/gpu_tests.log" \
+  | tail -n 3
+echo "time left: $(left) s"
+timeout "$(budget 30 60)" python3 scripts/bench_eval.py --strategies \
+  --pop 100 1000 10000 100000 --rows 60 392 20640 100000 > "$OUT/bench_strategies.json" 2> "$OUT/bench.err"
+timeout 40 python3 scripts/bench_eval.py --strategies --op forward_batched --pop 1000 10000 100000 --rows 1 4 16 \
+  > "$OUT/bench_batched.json" 2>> "$OUT/bench.err"
+if [ -z "${SKIP_SANITIZER:-}" ] && [ "$(left)" -gt 45 ]; then
+  timeout "$(budget 10 30)" compute-sanitizer --tool memcheck --print-limit 20 python3 scripts/sanitize_eval.py \
+    2>&1 | tail -n 6 | tee "$OUT/sanitizer.log"
+else
+  echo "sanitizer skipped (time left: $(left) s)" | tee "$OUT/sanitizer.log"
+fi
+
+python3 - "$OUT" <<'PY'
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+for name in ("bench_strategies.json", "bench_batched.json"):
+    try:
+        doc = json.loads((out / name).read_text())
+    except Exception as e:
+        print(name, "unreadable:", e)
+        continue
+    print(f"\n{doc['benchmark']} on {doc['device']} (calibration {doc['calibration_seconds']} s, "
+          f"cached={doc['calibration_cached']}); worst auto/best = {doc['worst_auto_over_best']}")
+    print(f"{'P':>7} {'D':>7} | {'best fixed':>10} {'us':>9} | {'auto':>10} {'us':>9} {'ratio':>6} | "
+          f"{'GPops/s':>8} {'b2b us':>7} | model's pick")
+    for c in doc["cells"]:
+        s = c["seconds"]
+        pred = c.get("predicted_seconds") or {}
+        pick = min(pred, key=pred.get) if pred else "-"
+        b2b = f"{c['back_to_back_seconds'] * 1e6:7.1f}" if "back_to_back_seconds" in c else "      -"
+        print(f"{c['P']:>7} {c['D']:>7} | {c['best']:>10} {s[c['best']] * 1e6:9.1f} | {c['auto']:>10} "
+              f"{s['auto'] * 1e6:9.1f} {c['auto_over_best']:6.2f} | {c['gpops_auto']:8.2e} {b2b} | {pick}")
+    print("all strategies (us):", json.dumps([{"P": c["P"], "D": c["D"]} | {k: round(v * 1e6, 1) for k, v in
+                                              c["seconds"].items()} for c in doc["cells"]])[:4000])
+print("\nbench stderr tail:\n" + "".join((out / "bench.err").read_text().splitlines(True)[-5:]))
+PY
