@@ -17,7 +17,6 @@ import torch
 
 _loaded = False
 _has_cuda_kernels = False
-_build_id = ""
 
 CXX_FLAGS = ["-O3", "-std=c++17"]
 NVCC_FLAGS = ["-O3", "-std=c++17", "--expt-relaxed-constexpr"]
@@ -50,26 +49,21 @@ def _cuda_toolkit() -> str | None:
     return nvcc
 
 
-def cache_dir() -> Path:
-    """Where compiled kernels (and the strategy calibration, gprl/strategy.py) are kept."""
-    return Path(os.environ.get("GPRL_CACHE", Path.home() / ".cache" / "gprl"))
-
-
 def load() -> None:
     """Builds (first time only) and loads the kernels; safe to call repeatedly."""
-    global _loaded, _has_cuda_kernels, _build_id
+    global _loaded, _has_cuda_kernels
     if _loaded:
         return
     src = kernel_dir()
     use_cuda = _cuda_toolkit() is not None
     sources = sorted(src.glob("*.cpp")) + (sorted(src.glob("*.cu")) if use_cuda else [])
     digest = hashlib.sha256()
-    for f in sorted(src.glob("*.h")) + sorted(src.glob("*.cuh")) + sources:
+    for f in sorted(src.glob("*.h")) + sources:
         digest.update(f.name.encode() + f.read_bytes())
     arch = os.environ.get("TORCH_CUDA_ARCH_LIST", "") if use_cuda else ""
     digest.update(f"{torch.__version__}|{sys.version_info[:2]}|{CXX_FLAGS}|{NVCC_FLAGS}|{arch}".encode())
     name = f"gprl_ops_{digest.hexdigest()[:16]}"
-    build_dir = cache_dir() / name
+    build_dir = Path(os.environ.get("GPRL_CACHE", Path.home() / ".cache" / "gprl")) / name
     library = build_dir / f"{name}.so"
     if not library.exists():
         build_dir.mkdir(parents=True, exist_ok=True)
@@ -96,15 +90,9 @@ def load() -> None:
             ) from e
     else:
         torch.ops.load_library(str(library))
-    _loaded, _has_cuda_kernels, _build_id = True, use_cuda, name
+    _loaded, _has_cuda_kernels = True, use_cuda
 
 
 def has_cuda_kernels() -> bool:
     load()
     return _has_cuda_kernels
-
-
-def build_id() -> str:
-    """Names the loaded kernels: a hash of their sources, the torch build and the compile flags."""
-    load()
-    return _build_id

@@ -61,8 +61,22 @@ class Dataset:
         self.X, self.y, self.weight = X, y, weight
         self.Xt = X.t().contiguous()  # [n_in, D]
         self.yt = y.t().contiguous()  # [n_out, D]
-        # read on every fitness call: plain attributes, not tensor queries (a Dataset is not modified)
-        self.n_rows, self.n_in, self.n_out, self.device = X.shape[0], X.shape[1], y.shape[1], X.device
+
+    @property
+    def n_rows(self) -> int:
+        return self.X.shape[0]
+
+    @property
+    def n_in(self) -> int:
+        return self.X.shape[1]
+
+    @property
+    def n_out(self) -> int:
+        return self.y.shape[1]
+
+    @property
+    def device(self) -> torch.device:
+        return self.X.device
 
     def to(self, device) -> Dataset:
         return Dataset(self.X.to(device), self.y.to(device), None if self.weight is None else self.weight.to(device))

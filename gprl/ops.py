@@ -34,17 +34,17 @@ def _validate_fake(kind, code, out, value, size, n_in, n_out):
 
 
 @torch.library.register_fake("gprl::forward")
-def _forward_fake(kind, code, out, value, size, Xt, n_out, max_stack, strategy=-1):
+def _forward_fake(kind, code, out, value, size, Xt, n_out, max_stack):
     return Xt.new_empty((kind.shape[0], Xt.shape[1], n_out))
 
 
 @torch.library.register_fake("gprl::forward_batched")
-def _forward_batched_fake(kind, code, out, value, size, X, n_out, max_stack, strategy=-1):
+def _forward_batched_fake(kind, code, out, value, size, X, n_out, max_stack):
     return X.new_empty((kind.shape[0], X.shape[1], n_out))
 
 
 @torch.library.register_fake("gprl::fitness")
-def _fitness_fake(kind, code, out, value, size, Xt, yt, weight, metric, max_stack, strategy=-1):
+def _fitness_fake(kind, code, out, value, size, Xt, yt, weight, metric, max_stack):
     return Xt.new_empty((kind.shape[0],))
 
 

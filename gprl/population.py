@@ -34,7 +34,6 @@ import sympy
 import torch
 
 from . import functions as F
-from . import strategy as _strategy
 from .dataset import Dataset, as_float_tensor
 from .devices import canonical_device
 
@@ -57,19 +56,6 @@ TREE_ERRORS = {
     9: "padding after the tree is not all zeros",
     10: "a field the node does not use is not 0",
 }
-
-
-_OPS = None
-
-
-def _ops():
-    """torch.ops.gprl, built and loaded on first use (kept here: the per-call path avoids an import)."""
-    global _OPS
-    if _OPS is None:
-        from .ops import ops
-
-        _OPS = ops
-    return _OPS
 
 
 def _arity_table(device: torch.device) -> torch.Tensor:
@@ -157,7 +143,8 @@ class Population:
         if n_in == 0 and const_prob == 0:
             raise ValueError("n_in is 0 and const_prob is 0: trees would have no leaves; allow constants")
         device = canonical_device(device)
-        ops = _ops()
+        from .ops import ops
+
         w = torch.tensor(weights, dtype=torch.float32, device=device)
         tensors = ops.generate(w, pop_size, max_len, n_in, n_out, METHODS[method], min_depth, max_depth,
                                float(leaf_prob), float(const_prob), lo, hi, float(output_prob), _seed_from(seed))
@@ -230,7 +217,8 @@ class Population:
 
     def node_depths(self) -> torch.Tensor:
         """Depth of every node (root 0, padding -1), [P, max_len] int16."""
-        ops = _ops()
+        from .ops import ops
+
         return ops.node_depth(self.size)
 
     def depths(self) -> torch.Tensor:
@@ -245,8 +233,7 @@ class Population:
 
     def max_stack(self) -> int:
         """Evaluation stack depth the population needs (one host sync, then cached until a tensor changes)."""
-        kind, code = self.kind, self.code
-        key = (kind.data_ptr(), code.data_ptr(), kind._version, code._version, kind.shape[0])
+        key = (self.kind.data_ptr(), self.code.data_ptr(), self.kind._version, self.code._version, len(self))
         if self._stack_cache is None or self._stack_cache[0] != key:
             if len(self) == 0:
                 need = 1
@@ -260,7 +247,8 @@ class Population:
 
     def validate(self) -> torch.Tensor:
         """Per-tree error code, [P] int32 (0 = valid; meanings in ``TREE_ERRORS``)."""
-        ops = _ops()
+        from .ops import ops
+
         return ops.validate(*self.tensors(), self.n_in, self.n_out)
 
     def check(self) -> Population:
@@ -273,39 +261,36 @@ class Population:
         return self
 
     # ---- evaluation ----
-    def forward(self, X, strategy: str | None = None) -> torch.Tensor:
+    def forward(self, X) -> torch.Tensor:
         """Outputs of every tree.
 
         ``X[B, n_in]`` is shared by all trees; ``X[P, B, n_in]`` gives tree i its own rows ``X[i]`` (the
-        policy case). Returns ``[P, B, n_out]`` float32. ``strategy`` forces a CUDA evaluation strategy
-        (``gprl.strategy``; default: the calibrated automatic choice).
+        policy case). Returns ``[P, B, n_out]`` float32.
         """
+        from .ops import ops
+
         X = as_float_tensor(X, "X", self.device)
         if X.dim() not in (2, 3) or X.shape[-1] != self.n_in:
             raise ValueError(f"X must be [B, n_in] or [P, B, n_in] with n_in={self.n_in}, got {tuple(X.shape)}")
         if X.dim() == 3:
             if X.shape[0] != len(self):
                 raise ValueError(f"X is [P, B, n_in] with P={X.shape[0]} but the population has {len(self)} trees")
-            sid = _strategy.choose("forward_batched", strategy, X.device, X.shape[0], X.shape[1], self.n_out)
-            return _ops().forward_batched(*self.tensors(), X, self.n_out, self.max_stack(), sid)
-        sid = _strategy.choose("forward", strategy, X.device, len(self), X.shape[0], self.n_out)
-        return _ops().forward(*self.tensors(), X.t(), self.n_out, self.max_stack(), sid)
+            return ops.forward_batched(*self.tensors(), X, self.n_out, self.max_stack())
+        return ops.forward(*self.tensors(), X.t().contiguous(), self.n_out, self.max_stack())
 
     __call__ = forward
 
-    def fitness(self, X, y=None, metric: str = "mse", weight=None, strategy: str | None = None) -> torch.Tensor:
+    def fitness(self, X, y=None, metric: str = "mse", weight=None) -> torch.Tensor:
         """Regression loss of every tree, [P] float32, without materialising predictions.
 
         Pass ``X[D, n_in]`` and ``y`` (``[D]`` or ``[D, n_out]``), or a prepared :class:`gprl.Dataset` as
         ``X`` (validated once: the fast path for repeated calls). Multi-output losses are the mean over
-        outputs; ``weight`` ([D], >= 0) weights rows. ``strategy`` forces a CUDA evaluation strategy
-        (``gprl.strategy``; default: the calibrated automatic choice).
+        outputs; ``weight`` ([D], >= 0) weights rows.
         """
-        m = METRICS.get(metric) if isinstance(metric, str) else None
-        if m is None:
+        from .ops import ops
+
+        if metric not in METRICS:
             raise ValueError(f"metric must be one of {list(METRICS)}, got {metric!r}")
-        kind = self.kind
-        device = kind.device
         if isinstance(X, Dataset):
             if y is not None or weight is not None:
                 raise ValueError("pass y and weight inside the Dataset, not beside it")
@@ -313,19 +298,17 @@ class Population:
         else:
             if y is None:
                 raise ValueError("y is required unless X is a gprl.Dataset")
-            if isinstance(X, torch.Tensor) and X.device != device:
-                as_float_tensor(X, "X", device)  # raises the device message
-            data = Dataset(X, y, weight, device=device)
-        if data.device != device:
-            raise ValueError(f"the dataset is on {data.device} but the population is on {device}; "
-                             f"use dataset.to('{device}')")
+            if isinstance(X, torch.Tensor) and X.device != self.device:
+                as_float_tensor(X, "X", self.device)  # raises the device message
+            data = Dataset(X, y, weight, device=self.device)
+        if data.device != self.device:
+            raise ValueError(f"the dataset is on {data.device} but the population is on {self.device}; "
+                             f"use dataset.to('{self.device}')")
         if data.n_in != self.n_in:
             raise ValueError(f"X must be [D, n_in] with n_in={self.n_in}, got {tuple(data.X.shape)}")
         if data.n_out != self.n_out:
             raise ValueError(f"y must be [D] or [D, n_out] with n_out={self.n_out}, got {tuple(data.y.shape)}")
-        sid = _strategy.choose("fitness", strategy, device, kind.shape[0], data.n_rows, data.n_out)
-        return _ops().fitness(kind, self.code, self.out, self.value, self.size, data.Xt, data.yt, data.weight, m,
-                              self.max_stack(), sid)
+        return ops.fitness(*self.tensors(), data.Xt, data.yt, data.weight, METRICS[metric], self.max_stack())
 
     # ---- persistence ----
     def save(self, path: str | os.PathLike) -> None:

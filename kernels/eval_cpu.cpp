@@ -8,7 +8,6 @@
 
 #include "nodes.h"
 #include "ops.h"
-#include "strategy.h"
 
 namespace gprl {
 namespace {
@@ -95,16 +94,9 @@ void eval_chunk(const TreeView& t, const float* x, int64_t ld, int64_t n_in, int
   if (t.len > 0 && !(t.kind[0] & OUTPUT_FLAG)) emit(0, stack[0]);
 }
 
-// The CPU ops take the CUDA strategy argument for one schema across backends; it is checked, then ignored.
-void check_strategy(int64_t strategy, bool batched) {
-  TORCH_CHECK(strategy_supported(strategy, batched), "gprl: strategy ", strategy, " is not valid for this op");
-}
-
 at::Tensor forward_cpu(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,
-                       const at::Tensor& size, const at::Tensor& Xt, int64_t n_out, int64_t max_stack,
-                       int64_t strategy) {
+                       const at::Tensor& size, const at::Tensor& Xt, int64_t n_out, int64_t max_stack) {
   check_population(kind, code, out, value, size);
-  check_strategy(strategy, false);
   check_data(Xt, kind, "Xt");
   TORCH_CHECK(Xt.dim() == 2, "gprl: Xt must be [n_in, D]");
   int64_t P = kind.size(0), n_in = Xt.size(0), D = Xt.size(1);
@@ -128,9 +120,8 @@ at::Tensor forward_cpu(const at::Tensor& kind, const at::Tensor& code, const at:
 
 at::Tensor forward_batched_cpu(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out,
                                const at::Tensor& value, const at::Tensor& size, const at::Tensor& X,
-                               int64_t n_out, int64_t max_stack, int64_t strategy) {
+                               int64_t n_out, int64_t max_stack) {
   check_population(kind, code, out, value, size);
-  check_strategy(strategy, true);
   check_data(X, kind, "X");
   TORCH_CHECK(X.dim() == 3 && X.size(0) == kind.size(0), "gprl: X must be [P, B, n_in]");
   int64_t P = X.size(0), B = X.size(1);
@@ -156,10 +147,8 @@ at::Tensor forward_batched_cpu(const at::Tensor& kind, const at::Tensor& code, c
 
 at::Tensor fitness_cpu(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,
                        const at::Tensor& size, const at::Tensor& Xt, const at::Tensor& yt,
-                       const std::optional<at::Tensor>& weight, int64_t metric, int64_t max_stack,
-                       int64_t strategy) {
+                       const std::optional<at::Tensor>& weight, int64_t metric, int64_t max_stack) {
   at::Tensor w = check_fitness_args(kind, code, out, value, size, Xt, yt, weight, metric);
-  check_strategy(strategy, false);
   int64_t P = kind.size(0), n_in = Xt.size(0), D = Xt.size(1), n_out = yt.size(0);
   at::Tensor xc = Xt.contiguous(), yc = yt.contiguous();
   const float *xp = xc.data_ptr<float>(), *yp = yc.data_ptr<float>();

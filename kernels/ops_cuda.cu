@@ -1,9 +1,17 @@
-// CUDA implementations of the structure ops (generate, node_depth, validate): one thread per tree, running
-// the same per-tree code as the CPU (trees.h), so a seed gives identical trees on both backends.
-// The evaluation ops (forward, forward_batched, fitness) live in eval_*_cuda.cu.
+// CUDA implementations of the gprl ops.
+//
+// Structure ops (generate, node_depth, validate): one thread per tree, running the same per-tree code as
+// the CPU (trees.h), so a seed gives identical trees on both backends.
+// Evaluation over a shared dataset (forward, fitness): one block per (tree, segment of rows); the tree is
+// staged once in shared memory and every thread evaluates R rows of the segment at once, so the per-node
+// dispatch is amortised over R rows and uniform across the warp. Batched evaluation (policy case): one
+// thread per (tree, row). Fitness reduces per block, writes one partial per (tree, segment, output) and a
+// second kernel sums them in a fixed order: deterministic, no float atomics.
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
+
+#include <type_traits>
 
 #include "nodes.h"
 #include "ops.h"
@@ -11,6 +19,8 @@
 
 namespace gprl {
 namespace {
+
+constexpr int WARP = 32;
 
 cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream(); }
 
@@ -91,6 +101,426 @@ at::Tensor validate_cuda(const at::Tensor& kind, const at::Tensor& code, const a
   return err;
 }
 
+// ---------------------------------------------------------------------------------------------------
+// evaluation
+
+// A tree as four arrays (shared or global memory) and its length.
+struct Tree {
+  const uint8_t* kind;
+  const int16_t* code;
+  const uint8_t* out;
+  const float* value;
+  int len;
+};
+
+// Interprets `t` for R rows per thread. load(v, r) returns input v of the thread's r-th row;
+// emit(k, r, value) adds to output k of that row. Returns false for a malformed tree or a stack overflow
+// (the caller writes NaN): bad input never traps on the device.
+template <int R, int STACK, typename Load, typename Emit>
+__device__ __forceinline__ bool eval_tree(const Tree& t, int n_in, int n_out, Load load, Emit emit) {
+  float stack[STACK][R];
+  int sp = 0;
+  for (int i = t.len - 1; i >= 0; --i) {
+    const uint8_t kd = t.kind[i];
+    const int k = kd & KIND_MASK;
+    if (k == FUNC) {
+      const int fn = t.code[i], ar = arity(fn);
+      if (sp < ar) return false;
+      const int ia = sp - 1, ib = ar >= 2 ? sp - 2 : ia, ic = ar >= 3 ? sp - 3 : ia;
+      float res[R];
+      switch (fn) {
+#define GPRL_CASE(F)                                                              \
+  case F:                                                                         \
+    _Pragma("unroll") for (int r = 0; r < R; ++r) res[r] = apply(F, stack[ia][r], stack[ib][r], stack[ic][r]); \
+    break;
+        GPRL_FUNCTIONS(GPRL_CASE)
+#undef GPRL_CASE
+        default: return false;
+      }
+      sp -= ar - 1;
+      if (kd & OUTPUT_FLAG) {  // Modi: add to the output, pass the last child's value (already in place) up
+        const int o = t.out[i];
+        if (o >= n_out) return false;
+#pragma unroll
+        for (int r = 0; r < R; ++r) emit(o, r, res[r]);
+      } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r) stack[sp - 1][r] = res[r];
+      }
+      continue;
+    }
+    if (sp >= STACK) return false;
+    if (k == VAR) {
+      const int v = t.code[i];
+      if (v < 0 || v >= n_in) return false;
+#pragma unroll
+      for (int r = 0; r < R; ++r) stack[sp][r] = load(v, r);
+    } else {
+      const float c = t.value[i];
+#pragma unroll
+      for (int r = 0; r < R; ++r) stack[sp][r] = c;
+    }
+    ++sp;
+  }
+  if (t.len > 0 && !(t.kind[0] & OUTPUT_FLAG)) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) emit(0, r, stack[0][r]);
+  }
+  return true;
+}
+
+// Copies tree p into shared memory (layout: value[L] | code[L] | kind[L] | out[L]) and returns a view.
+__device__ Tree stage_tree(const uint8_t* kind, const int16_t* code, const uint8_t* out, const float* value,
+                           const int16_t* size, int64_t p, int L, char* smem) {
+  float* s_value = reinterpret_cast<float*>(smem);
+  int16_t* s_code = reinterpret_cast<int16_t*>(smem + 4 * L);
+  uint8_t* s_kind = reinterpret_cast<uint8_t*>(smem + 6 * L);
+  uint8_t* s_out = s_kind + L;
+  const int64_t o = p * L;
+  const int len = size[o];
+  for (int i = threadIdx.x; i < len; i += blockDim.x) {
+    s_value[i] = value[o + i];
+    s_code[i] = code[o + i];
+    s_kind[i] = kind[o + i];
+    s_out[i] = out[o + i];
+  }
+  __syncthreads();
+  return {s_kind, s_code, s_out, s_value, len};
+}
+
+__host__ __device__ size_t tree_smem_bytes(int64_t L) { return size_t((8 * L + 15) / 16 * 16); }
+
+// Shared inputs: X column-major [n_in, D]; Y [P, D, n_out] zero-initialised.
+template <int R, int STACK>
+__global__ void forward_kernel(const uint8_t* kind, const int16_t* code, const uint8_t* out, const float* value,
+                               const int16_t* size, int L, const float* X, int64_t D, int n_in, int n_out,
+                               int64_t nseg, float* Y) {
+  extern __shared__ __align__(16) char smem[];
+  const int64_t p = blockIdx.x / nseg, seg = blockIdx.x % nseg;
+  const Tree t = stage_tree(kind, code, out, value, size, p, L, smem);
+  const int64_t base = seg * int64_t(blockDim.x) * R + threadIdx.x;
+  float* y = Y + p * D * n_out;
+  auto row = [&](int r) { return base + int64_t(r) * blockDim.x; };
+  auto load = [&](int v, int r) { return row(r) < D ? X[int64_t(v) * D + row(r)] : 0.f; };
+  auto emit = [&](int k, int r, float v) { if (row(r) < D) y[row(r) * n_out + k] += v; };
+  if (!eval_tree<R, STACK>(t, n_in, n_out, load, emit)) {
+    for (int r = 0; r < R; ++r)
+      if (row(r) < D)
+        for (int k = 0; k < n_out; ++k) y[row(r) * n_out + k] = NAN;
+  }
+}
+
+// Per-tree inputs: X [P, n_in, B] (transposed so a warp's rows are contiguous); Y [P, B, n_out].
+template <int STACK>
+__global__ void forward_batched_kernel(const uint8_t* kind, const int16_t* code, const uint8_t* out,
+                                       const float* value, const int16_t* size, int L, int64_t P, const float* X,
+                                       int64_t B, int n_in, int n_out, float* Y) {
+  const int64_t gid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (gid >= P * B) return;
+  const int64_t p = gid / B, b = gid % B, o = p * L;
+  const Tree t{kind + o, code + o, out + o, value + o, int(size[o])};
+  const float* x = X + p * n_in * B + b;
+  float* y = Y + gid * n_out;
+  auto load = [&](int v, int) { return x[int64_t(v) * B]; };
+  auto emit = [&](int k, int, float v) { y[k] += v; };
+  if (!eval_tree<1, STACK>(t, n_in, n_out, load, emit))
+    for (int k = 0; k < n_out; ++k) y[k] = NAN;
+}
+
+__device__ __forceinline__ double block_sum(double v, double* scratch) {
+#pragma unroll
+  for (int off = WARP / 2; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+  const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP, nwarps = blockDim.x / WARP;
+  __syncthreads();  // scratch may still be read by the previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  double s = 0.0;
+  if (threadIdx.x == 0)
+    for (int w = 0; w < nwarps; ++w) s += scratch[w];
+  return s;
+}
+
+// Partial loss sums per (tree, segment, output): partial[(p * nseg + seg) * n_out + k].
+// MULTI keeps the outputs of every row in shared memory; otherwise output 0 lives in registers.
+template <int R, int STACK, bool MULTI>
+__global__ void fitness_kernel(const uint8_t* kind, const int16_t* code, const uint8_t* out, const float* value,
+                               const int16_t* size, int L, const float* X, const float* Yt, const float* W,
+                               int64_t D, int n_in, int n_out, int metric, int64_t nseg, double* partial) {
+  extern __shared__ __align__(16) char smem[];
+  const int64_t p = blockIdx.x / nseg, seg = blockIdx.x % nseg;
+  float* acc_smem = reinterpret_cast<float*>(smem + tree_smem_bytes(L));
+  double* scratch = reinterpret_cast<double*>(acc_smem + (MULTI ? size_t(blockDim.x) * R * n_out : 0));
+  if (MULTI)
+    for (int i = threadIdx.x; i < blockDim.x * R * n_out; i += blockDim.x) acc_smem[i] = 0.f;
+  const Tree t = stage_tree(kind, code, out, value, size, p, L, smem);  // syncs
+  const int64_t base = seg * int64_t(blockDim.x) * R + threadIdx.x;
+  auto row = [&](int r) { return base + int64_t(r) * blockDim.x; };
+  auto load = [&](int v, int r) { return row(r) < D ? X[int64_t(v) * D + row(r)] : 0.f; };
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.f;
+  auto slot = [&](int k, int r) -> float& { return acc_smem[(size_t(k) * blockDim.x + threadIdx.x) * R + r]; };
+  auto emit = [&](int k, int r, float v) {
+    if (MULTI) slot(k, r) += v; else acc[r] += v;
+  };
+  const bool ok = eval_tree<R, STACK>(t, n_in, n_out, load, emit);
+  for (int k = 0; k < n_out; ++k) {
+    double s = 0.0;  // double: squared errors of float32 predictions may exceed float32's range
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (row(r) >= D) continue;
+      const double e = double(MULTI ? slot(k, r) : acc[r]) - double(Yt[int64_t(k) * D + row(r)]);
+      const double l = metric == MAE ? fabs(e) : e * e;
+      s += W ? W[row(r)] * l : l;
+    }
+    if (!ok) s = NAN;
+    s = block_sum(s, scratch);
+    if (threadIdx.x == 0) partial[(p * nseg + seg) * n_out + k] = s;
+  }
+}
+
+// Loss of a mean over `D` rows, or over the weight sum when weights were given (read on the device).
+__device__ __forceinline__ double finish_metric(double s, int64_t D, const double* wsum, int metric) {
+  const double m = s / (wsum ? *wsum : double(D));
+  return metric == RMSE ? sqrt(m) : m;
+}
+
+__global__ void finish_loss_kernel(const double* partial, int64_t P, int64_t nseg, int n_out, int metric,
+                                   int64_t D, const double* wsum, float* result) {
+  const int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (p >= P) return;
+  double total = 0.0;
+  for (int k = 0; k < n_out; ++k) {
+    double s = 0.0;
+    for (int64_t seg = 0; seg < nseg; ++seg) s += partial[(p * nseg + seg) * n_out + k];
+    total += finish_metric(s, D, wsum, metric);
+  }
+  result[p] = float(total / n_out);
+}
+
+// Copies tree p into a warp's slice of shared memory (layout as stage_tree) with the warp's lanes.
+__device__ Tree stage_tree_warp(const uint8_t* kind, const int16_t* code, const uint8_t* out, const float* value,
+                                const int16_t* size, int64_t p, int L, char* buf, int lane) {
+  float* s_value = reinterpret_cast<float*>(buf);
+  int16_t* s_code = reinterpret_cast<int16_t*>(buf + 4 * L);
+  uint8_t* s_kind = reinterpret_cast<uint8_t*>(buf + 6 * L);
+  uint8_t* s_out = s_kind + L;
+  const int64_t o = p * L;
+  const int len = size[o];
+  for (int i = lane; i < len; i += WARP) {
+    s_value[i] = value[o + i];
+    s_code[i] = code[o + i];
+    s_kind[i] = kind[o + i];
+    s_out[i] = out[o + i];
+  }
+  __syncwarp();
+  return {s_kind, s_code, s_out, s_value, len};
+}
+
+// One warp per single-output tree, looping over all D rows. The tree is staged in shared memory with one
+// coalesced copy and, when it fits, so is the whole dataset (shared by the block's warps): the node loop is
+// a chain of dependent loads, cheap from shared memory and slow from global memory. The loss is reduced
+// with shuffles in a fixed order.
+template <int R, int STACK, bool X_IN_SMEM>
+__global__ void fitness_warp_kernel(const uint8_t* kind, const int16_t* code, const uint8_t* out,
+                                    const float* value, const int16_t* size, int L, int64_t P, const float* X,
+                                    const float* Yt, const float* W, int64_t D, int n_in, int metric,
+                                    const double* wsum, float* result) {
+  extern __shared__ __align__(16) char smem[];
+  const size_t x_bytes = X_IN_SMEM ? (size_t(n_in) * D * 4 + 15) / 16 * 16 : 0;
+  const float* x = X;
+  if (X_IN_SMEM) {
+    float* xs = reinterpret_cast<float*>(smem);
+    for (int64_t i = threadIdx.x; i < int64_t(n_in) * D; i += blockDim.x) xs[i] = X[i];
+    __syncthreads();
+    x = xs;
+  }
+  const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+  const int64_t p = int64_t(blockIdx.x) * (blockDim.x / WARP) + warp;
+  if (p >= P) return;  // whole warps leave together, after the block's barrier
+  const Tree t = stage_tree_warp(kind, code, out, value, size, p, L, smem + x_bytes + warp * tree_smem_bytes(L), lane);
+  double s = 0.0;
+  bool ok = true;
+  for (int64_t base = lane; base < D && ok; base += int64_t(WARP) * R) {
+    auto row = [&](int r) { return base + int64_t(r) * WARP; };
+    auto load = [&](int v, int r) { return row(r) < D ? x[int64_t(v) * D + row(r)] : 0.f; };
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = 0.f;
+    auto emit = [&](int, int r, float v) { acc[r] += v; };
+    ok = eval_tree<R, STACK>(t, n_in, 1, load, emit);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (row(r) >= D) continue;
+      const double e = double(acc[r]) - double(Yt[row(r)]);
+      const double l = metric == MAE ? fabs(e) : e * e;
+      s += W ? W[row(r)] * l : l;
+    }
+  }
+  // lanes whose first row is past D skipped the loop; every lane of the warp joins the reduction
+  if (!ok) s = NAN;
+#pragma unroll
+  for (int off = WARP / 2; off > 0; off /= 2) s += __shfl_down_sync(0xffffffffu, s, off);
+  if (lane == 0) result[p] = float(finish_metric(s, D, wsum, metric));
+}
+
+template <int V>
+using Int = std::integral_constant<int, V>;
+
+// Calls f(Int<R>, Int<STACK>) with the smallest stack bucket that holds `need`; deep trees use one row
+// per thread to keep the local-memory stack small.
+template <typename Fn>
+void with_stack(int64_t need, int rows, Fn&& f) {
+  TORCH_CHECK(need <= 4096, "gprl: evaluation stack of ", need, " exceeds 4096");
+  if (need > 256) {
+    if (need <= 1024) f(Int<1>(), Int<1024>());
+    else f(Int<1>(), Int<4096>());
+  } else if (rows >= 4) {
+    if (need <= 16) f(Int<4>(), Int<16>());
+    else if (need <= 64) f(Int<4>(), Int<64>());
+    else f(Int<4>(), Int<256>());
+  } else if (rows == 2) {
+    if (need <= 16) f(Int<2>(), Int<16>());
+    else if (need <= 64) f(Int<2>(), Int<64>());
+    else f(Int<2>(), Int<256>());
+  } else {
+    if (need <= 16) f(Int<1>(), Int<16>());
+    else if (need <= 64) f(Int<1>(), Int<64>());
+    else f(Int<1>(), Int<256>());
+  }
+}
+
+// Rows per thread and threads per block for a dataset of D rows.
+void shared_mode_shape(int64_t D, int* rows, int* threads) {
+  *rows = D >= 8192 ? 4 : (D >= 1024 ? 2 : 1);
+  int64_t per_thread = (D + *rows - 1) / *rows;
+  *threads = int(std::min<int64_t>(128, (per_thread + WARP - 1) / WARP * WARP));
+}
+
+void set_smem(const void* kernel, size_t bytes) {
+  if (bytes > 48 * 1024)
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+at::Tensor forward_cuda(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,
+                        const at::Tensor& size, const at::Tensor& Xt, int64_t n_out, int64_t max_stack) {
+  check_population(kind, code, out, value, size);
+  check_data(Xt, kind, "Xt");
+  TORCH_CHECK(Xt.dim() == 2, "gprl: Xt must be [n_in, D]");
+  c10::cuda::CUDAGuard guard(kind.device());
+  const int64_t P = kind.size(0), L = kind.size(1), D = Xt.size(1);
+  at::Tensor Y = at::zeros({P, D, n_out}, Xt.options());
+  if (P == 0 || D == 0 || L == 0) return Y;
+  at::Tensor xc = Xt.contiguous();
+  int rows, threads;
+  shared_mode_shape(D, &rows, &threads);
+  with_stack(max_stack, rows, [&](auto r_, auto s_) {
+    constexpr int R = decltype(r_)::value, S = decltype(s_)::value;
+    const int64_t nseg = (D + int64_t(threads) * R - 1) / (int64_t(threads) * R);
+    const size_t smem = tree_smem_bytes(L);
+    auto kernel = forward_kernel<R, S>;
+    set_smem(reinterpret_cast<const void*>(kernel), smem);
+    kernel<<<P * nseg, threads, smem, stream()>>>(
+        kind.data_ptr<uint8_t>(), code.data_ptr<int16_t>(), out.data_ptr<uint8_t>(), value.data_ptr<float>(),
+        size.data_ptr<int16_t>(), int(L), xc.data_ptr<float>(), D, int(xc.size(0)), int(n_out), nseg,
+        Y.data_ptr<float>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return Y;
+}
+
+at::Tensor forward_batched_cuda(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out,
+                                const at::Tensor& value, const at::Tensor& size, const at::Tensor& X,
+                                int64_t n_out, int64_t max_stack) {
+  check_population(kind, code, out, value, size);
+  check_data(X, kind, "X");
+  TORCH_CHECK(X.dim() == 3 && X.size(0) == kind.size(0), "gprl: X must be [P, B, n_in]");
+  c10::cuda::CUDAGuard guard(kind.device());
+  const int64_t P = X.size(0), B = X.size(1), L = kind.size(1);
+  at::Tensor Y = at::zeros({P, B, n_out}, X.options());
+  if (P == 0 || B == 0 || L == 0) return Y;
+  at::Tensor xc = X.transpose(1, 2).contiguous();
+  with_stack(max_stack, 1, [&](auto, auto s_) {
+    constexpr int S = decltype(s_)::value;
+    constexpr int T = 128;
+    forward_batched_kernel<S><<<blocks_for(P * B, T), T, 0, stream()>>>(
+        kind.data_ptr<uint8_t>(), code.data_ptr<int16_t>(), out.data_ptr<uint8_t>(), value.data_ptr<float>(),
+        size.data_ptr<int16_t>(), int(L), P, xc.data_ptr<float>(), B, int(xc.size(1)), int(n_out),
+        Y.data_ptr<float>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return Y;
+}
+
+at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,
+                        const at::Tensor& size, const at::Tensor& Xt, const at::Tensor& yt,
+                        const std::optional<at::Tensor>& weight, int64_t metric, int64_t max_stack) {
+  at::Tensor w = check_fitness_args(kind, code, out, value, size, Xt, yt, weight, metric);
+  c10::cuda::CUDAGuard guard(kind.device());
+  const int64_t P = kind.size(0), L = kind.size(1), D = Xt.size(1), n_out = yt.size(0);
+  at::Tensor result = at::empty({P}, Xt.options());
+  if (P == 0) return result;
+  TORCH_CHECK(D > 0 && L > 0, "gprl: fitness needs at least one row and max_len >= 1");
+  at::Tensor xc = Xt.contiguous(), yc = yt.contiguous();
+  at::Tensor wsum;
+  if (w.defined()) wsum = w.to(at::kDouble).sum();  // stays on the device: no host sync
+  const float* wp = w.defined() ? w.data_ptr<float>() : nullptr;
+  const double* wsum_p = wsum.defined() ? wsum.data_ptr<double>() : nullptr;
+  const int n_in = int(xc.size(0));
+
+  // Small single-output datasets: one warp per tree over all rows, no staging, no second pass.
+  if (n_out == 1 && D <= 1024 && (P >= 2048 || D <= 64)) {
+    const int rows = D <= WARP ? 1 : (D <= 2 * WARP ? 2 : 4);
+    constexpr int WARPS = 4;
+    const size_t x_bytes = (size_t(n_in) * D * 4 + 15) / 16 * 16;
+    // Few blocks: stage the data once per block (the first touch of each row is a long global load). Many
+    // blocks: every block restaging it costs more than L1, which the block's warps share, saves.
+    const bool x_in_smem = x_bytes <= 32 * 1024 && P <= 1024;
+    const size_t smem = (x_in_smem ? x_bytes : 0) + WARPS * tree_smem_bytes(L);
+    with_stack(max_stack, rows, [&](auto r_, auto s_) {
+      constexpr int R = decltype(r_)::value, S = decltype(s_)::value;
+      auto launch = [&](auto kernel) {
+        set_smem(reinterpret_cast<const void*>(kernel), smem);
+        kernel<<<blocks_for(P, WARPS), WARPS * WARP, smem, stream()>>>(
+            kind.data_ptr<uint8_t>(), code.data_ptr<int16_t>(), out.data_ptr<uint8_t>(), value.data_ptr<float>(),
+            size.data_ptr<int16_t>(), int(L), P, xc.data_ptr<float>(), yc.data_ptr<float>(), wp, D, n_in,
+            int(metric), wsum_p, result.data_ptr<float>());
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      };
+      if (x_in_smem) launch(fitness_warp_kernel<R, S, true>);
+      else launch(fitness_warp_kernel<R, S, false>);
+    });
+    return result;
+  }
+
+  int rows, threads;
+  shared_mode_shape(D, &rows, &threads);
+  const bool multi = n_out > 1;
+  // Multi-output keeps rows x outputs in shared memory: fall back to fewer rows when that is large.
+  if (multi && size_t(threads) * rows * n_out * 4 > 96 * 1024) { rows = 1; threads = WARP; }
+  with_stack(max_stack, rows, [&](auto r_, auto s_) {
+    constexpr int R = decltype(r_)::value, S = decltype(s_)::value;
+    const int64_t nseg = (D + int64_t(threads) * R - 1) / (int64_t(threads) * R);
+    at::Tensor partial = at::empty({P * nseg * n_out}, Xt.options().dtype(at::kDouble));
+    const size_t smem = tree_smem_bytes(L) + (multi ? size_t(threads) * R * n_out * 4 : 0) + WARP * 8;
+    auto launch = [&](auto kernel) {
+      set_smem(reinterpret_cast<const void*>(kernel), smem);
+      kernel<<<P * nseg, threads, smem, stream()>>>(
+          kind.data_ptr<uint8_t>(), code.data_ptr<int16_t>(), out.data_ptr<uint8_t>(), value.data_ptr<float>(),
+          size.data_ptr<int16_t>(), int(L), xc.data_ptr<float>(), yc.data_ptr<float>(), wp, D, n_in, int(n_out),
+          int(metric), nseg, partial.data_ptr<double>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    };
+    if (multi) launch(fitness_kernel<R, S, true>);
+    else launch(fitness_kernel<R, S, false>);
+    constexpr int T = 128;
+    finish_loss_kernel<<<blocks_for(P, T), T, 0, stream()>>>(partial.data_ptr<double>(), P, nseg, int(n_out),
+                                                             int(metric), D, wsum_p, result.data_ptr<float>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return result;
+}
+
 }  // namespace
 }  // namespace gprl
 
@@ -98,4 +528,7 @@ TORCH_LIBRARY_IMPL(gprl, CUDA, m) {
   m.impl("generate", &gprl::generate_cuda);
   m.impl("node_depth", &gprl::node_depth_cuda);
   m.impl("validate", &gprl::validate_cuda);
+  m.impl("forward", &gprl::forward_cuda);
+  m.impl("forward_batched", &gprl::forward_batched_cuda);
+  m.impl("fitness", &gprl::fitness_cuda);
 }

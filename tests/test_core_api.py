@@ -23,10 +23,6 @@ def opcheck_all(device):
         (ops.forward_batched, (*pop.tensors(), torch.randn(20, 4, 3, device=device), 2, pop.max_stack())),
         (ops.fitness, (*pop.tensors(), Xt, yt, None, 0, pop.max_stack())),
         (ops.fitness, (*pop.tensors(), Xt, yt, w, 2, pop.max_stack())),
-        # an explicit evaluation strategy (gprl.strategy ids): warp, hybrid_r4, thread
-        (ops.fitness, (*pop.tensors(), Xt, yt, w, 1, pop.max_stack(), 1)),
-        (ops.forward, (*pop.tensors(), Xt, 2, pop.max_stack(), 4)),
-        (ops.forward_batched, (*pop.tensors(), torch.randn(20, 4, 3, device=device), 2, pop.max_stack(), 0)),
     ]
     for op, args in cases:
         torch.library.opcheck(op, args)
