@@ -22,6 +22,8 @@ Seeding follows Gymnasium's vector convention on every backend but Genesis: ``re
 process a shard of the batch without changing any episode. (Genesis draws the batch's noise from one generator.)
 
 The bookkeeping is a handful of element-wise torch ops on ``env.device``; nothing here syncs with the host.
+A backend may override :meth:`VecEnv.step` with a fused version of it (NumPy for native MuJoCo, inside the
+jitted step for Brax) that keeps exactly these rules; its tests compare the two paths.
 """
 
 from __future__ import annotations
@@ -109,8 +111,7 @@ class VecEnv(abc.ABC):
 
     def step(self, action: torch.Tensor) -> StepResult:
         """Advance every environment by one step; see the module docstring for the masking rules."""
-        if not self._reset_called:
-            raise RuntimeError(f"{type(self).__name__}.step() called before reset()")
+        self._check_reset_called()
         action = self.prepare_action(action)
         obs, reward, terminated, truncated = self._step(action)
         self._t += 1
@@ -122,6 +123,10 @@ class VecEnv(abc.ABC):
         if self._t >= self.episode_length:
             self._truncated = self._truncated | ~self._terminated
         return obs, reward, self._terminated, self._truncated
+
+    def _check_reset_called(self) -> None:
+        if not self._reset_called:
+            raise RuntimeError(f"{type(self).__name__}.step() called before reset()")
 
     def _begin_episodes(self) -> None:
         """Clear the episode bookkeeping (for backends that start episodes other than through reset())."""
@@ -153,13 +158,7 @@ class VecEnv(abc.ABC):
         Continuous: float [N, act_dim] → float32 [N, act_dim], finite and clipped to the bounds.
         Discrete: float [N, num_actions] → argmax, or integer [N] → as is; returns int64 [N].
         """
-        if not isinstance(action, torch.Tensor):
-            raise TypeError(f"action must be a torch.Tensor on {self.device}, got {type(action).__name__}")
-        if action.device != self.device:
-            raise ValueError(
-                f"action is on {action.device} but the environment is on {self.device}; "
-                f"pass action.to(env.device)"
-            )
+        self._check_action_tensor(action)
         n = self.num_envs
         if self.discrete:
             if not action.dtype.is_floating_point and action.dtype != torch.bool:
@@ -178,15 +177,29 @@ class VecEnv(abc.ABC):
                 )
             # NaN scores must not win the argmax
             return torch.nan_to_num(action, nan=-torch.inf).argmax(dim=-1)
-        if not action.dtype.is_floating_point:
-            raise TypeError(f"action must be a floating-point tensor (float32), got {action.dtype}")
-        if tuple(action.shape) != (n, self.act_dim):
-            raise ValueError(
-                f"action must have shape [num_envs, act_dim] = [{n}, {self.act_dim}], got {tuple(action.shape)}"
-            )
+        self._check_continuous_action(action)
         # NaN → 0 and ±inf → ±float32 max, which the clip then maps to the bounds
         action = torch.nan_to_num(action.to(torch.float32), nan=0.0)
         return torch.clamp(action, self.action_low, self.action_high).contiguous()
+
+    def _check_action_tensor(self, action: torch.Tensor) -> None:
+        if not isinstance(action, torch.Tensor):
+            raise TypeError(f"action must be a torch.Tensor on {self.device}, got {type(action).__name__}")
+        if action.device != self.device:
+            raise ValueError(
+                f"action is on {action.device} but the environment is on {self.device}; "
+                f"pass action.to(env.device)"
+            )
+
+    def _check_continuous_action(self, action: torch.Tensor) -> None:
+        """The checks of :meth:`prepare_action` for a continuous action, without transforming it."""
+        if not action.dtype.is_floating_point:
+            raise TypeError(f"action must be a floating-point tensor (float32), got {action.dtype}")
+        if tuple(action.shape) != (self.num_envs, self.act_dim):
+            raise ValueError(
+                f"action must have shape [num_envs, act_dim] = [{self.num_envs}, {self.act_dim}], "
+                f"got {tuple(action.shape)}"
+            )
 
     # ------------------------------------------------------------------ backend hooks
     @abc.abstractmethod
