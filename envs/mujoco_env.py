@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ._deps import require
-from .base import VecEnv
+from .base import StepResult, VecEnv
 from .mujoco_tasks import TASKS, State, Task, gymnasium_asset
 
 
@@ -173,7 +173,6 @@ class MujocoEnv(VecEnv):
         self._qpos0 = self.model.qpos0.copy()
         self._qvel0 = np.zeros(self.model.nv)
         self._rngs: list[np.random.Generator] = []
-        self._live = np.ones(num_envs, dtype=bool)
         if episode_length is None:
             gym = require("gymnasium", "mujoco")
             episode_length = gym.spec(self.task.gym_id).max_episode_steps
@@ -191,6 +190,7 @@ class MujocoEnv(VecEnv):
             obs_names=self.task.obs_names(self.model),
             action_names=[self.model.actuator(i).name for i in range(self.model.nu)],
         )
+        self._low, self._high = self.action_low.cpu().numpy(), self.action_high.cpu().numpy()
 
     def _state(self, ids: np.ndarray | None = None, at_reset: bool = False) -> State:
         if ids is None:
@@ -216,7 +216,6 @@ class MujocoEnv(VecEnv):
                 f"qpos/qvel must have shapes {(n, m.nq)}/{(n, m.nv)}, got {qpos.shape}/{qvel.shape}"
             )
         self.sim.set_state(qpos, qvel)
-        self._live[:] = True
         return self._tensor(self.task.obs(self._state(at_reset=True)))
 
     def _reset(self, seed: int | None) -> torch.Tensor:
@@ -226,22 +225,68 @@ class MujocoEnv(VecEnv):
         states = [self.task.reset_state(rng, self._qpos0, self._qvel0) for rng in self._rngs]
         return self._set_state(np.stack([q for q, _ in states]), np.stack([v for _, v in states]))
 
-    def _step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
-        act = action.detach().to("cpu", torch.float64).numpy()
+    def _advance(self, act: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Step the live simulations with ``act`` (float64 [N, act_dim]); the others are not stepped.
+
+        Returns obs float32 [N, obs_dim] (every environment's), reward float32 [N] and terminated bool [N],
+        both False/0 for the environments not stepped.
+        """
         n = self.num_envs
-        live = self._live & ~self.done.cpu().numpy()  # ended episodes are not stepped any more
         reward = np.zeros(n, dtype=np.float32)
         terminated = np.zeros(n, dtype=bool)
-        if live.any():
-            ids = None if live.all() else np.flatnonzero(live)
-            sel = slice(None) if ids is None else ids
+        nlive = int(np.count_nonzero(live))
+        if nlive:
+            ids = None if nlive == n else np.flatnonzero(live)
+            a = act if ids is None else act[ids]
             before = self.task.before(self._state(ids))
-            self._ctrl[sel] = act[sel]
+            if ids is None:
+                self._ctrl[:] = a
+            else:
+                self._ctrl[ids] = a
             self.sim.step(ids, self.frame_skip)
-            r, term = self.task.reward(self._state(ids), before, act[sel], self.dt)
-            reward[sel], terminated[sel] = r, term
-        self._live = live
-        obs = self.task.obs(self._state())
+            r, term = self.task.reward(self._state(ids), before, a, self.dt)
+            if ids is None:
+                reward[:], terminated[:] = r, term
+            else:
+                reward[ids], terminated[ids] = r, term
+        obs = self.task.obs(self._state()).astype(np.float32)
+        return obs, reward, terminated
+
+    def _action_array(self, action: torch.Tensor) -> np.ndarray:
+        """:meth:`prepare_action` in NumPy (the same checks and values), as float64 [N, act_dim]."""
+        self._check_action_tensor(action)
+        self._check_continuous_action(action)
+        a = action.detach()
+        a = (a if a.dtype == torch.float32 else a.to(torch.float32)).numpy()
+        if not np.isfinite(a).all():
+            a = np.nan_to_num(a, nan=0.0)  # ±inf → ±float32 max, which the clip maps to the bounds
+        # the clip of the float32 values (exact in float64), into a new float64 array: never the caller's memory
+        out = np.maximum(a, self._low, dtype=np.float64)
+        return np.minimum(out, self._high, out=out)
+
+    def step(self, action: torch.Tensor) -> StepResult:
+        """:meth:`VecEnv.step` with the bookkeeping in NumPy: the same rules, no torch ops.
+
+        On the CPU the returned tensors share memory with fresh NumPy arrays (no copies); a later step never
+        writes into them.
+        """
+        if self.device.type != "cpu":
+            return super().step(action)
+        self._check_reset_called()
+        act = self._action_array(action)
+        term_prev, trunc_prev = self._terminated.numpy(), self._truncated.numpy()
+        obs, reward, terminated = self._advance(act, ~(term_prev | trunc_prev))
+        self._t += 1
+        # ended episodes were not stepped: their reward is 0 and their new termination False already
+        term = term_prev | terminated
+        trunc = trunc_prev | ~term if self._t >= self.episode_length else trunc_prev
+        self._terminated, self._truncated = torch.from_numpy(term), torch.from_numpy(trunc)
+        return torch.from_numpy(obs), torch.from_numpy(reward), self._terminated, self._truncated
+
+    def _step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
+        # the base class's path (a non-CPU device): ended episodes are not stepped any more
+        act = action.detach().to("cpu", torch.float64).numpy()
+        obs, reward, terminated = self._advance(act, ~self.done.cpu().numpy())
         return self._tensor(obs), self._tensor(reward), self._tensor(terminated, torch.bool), None
 
     def close(self) -> None:

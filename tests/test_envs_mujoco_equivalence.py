@@ -10,6 +10,7 @@ gym = pytest.importorskip("gymnasium", reason="needs the mujoco extra: pip insta
 pytest.importorskip("mujoco", reason="needs the mujoco extra: pip install -e '.[mujoco]'")
 
 import gprl.envs as genvs
+from gprl.envs.base import VecEnv
 from gprl.envs.mujoco_tasks import TASKS
 
 N = 3
@@ -81,3 +82,33 @@ def test_set_state_gives_gymnasium_trajectory() -> None:
         if rte:
             break
     assert total == pytest.approx(ref_total, rel=1e-6)
+
+
+@pytest.mark.parametrize("task", ["hopper", "ant"])
+def test_numpy_step_equals_the_base_class_step(task: str) -> None:
+    """MujocoEnv.step (bookkeeping in NumPy) gives exactly what VecEnv.step (torch bookkeeping) gives."""
+    n, horizon = 5, 60
+    fast = genvs.make(task, backend="mujoco", num_envs=n, episode_length=horizon)
+    ref = genvs.make(task, backend="mujoco", num_envs=n, episode_length=horizon)
+    fast.reset(seed=2)
+    ref.reset(seed=2)
+    gen = torch.Generator().manual_seed(0)
+    kept = []
+    for t in range(horizon + 3):
+        act = torch.rand(n, fast.act_dim, generator=gen) * 3 - 1.5
+        act[-1] = 0.0  # stands until the time limit
+        if t == 1:
+            act[0, 0], act[1, -1], act[2, 0] = float("nan"), float("inf"), -float("inf")
+        if t == 2:
+            act = act.double()  # converted to float32 first, as the base class does
+        out, out_ref = fast.step(act), VecEnv.step(ref, act)
+        for x, y in zip(out, out_ref, strict=True):
+            assert x.dtype == y.dtype and x.device == y.device
+            assert torch.equal(x, y), t
+        kept.append((out, [x.clone() for x in out]))
+    # some episodes terminated, the others were truncated at the horizon
+    assert fast.done.all() and fast._truncated[-1] and (fast._terminated.any() or task != "hopper")
+    # a later step never writes into tensors returned earlier
+    for out, copy in kept:
+        for x, y in zip(out, copy, strict=True):
+            assert torch.equal(x, y)
