@@ -24,7 +24,7 @@ import torch
 import torch.utils.dlpack
 
 from ._deps import available, require
-from .base import VecEnv
+from .base import StepResult, VecEnv
 
 BRAX_PIPELINES = ("generalized", "positional", "spring", "mjx")
 
@@ -128,7 +128,7 @@ class BraxEnv(VecEnv):
 
         with jax.default_device(self.jax_device):
             self._reset_fn = jax.jit(jax.vmap(self.env.reset))
-            self._step_fn = jax.jit(jax.vmap(self.env.step))
+            self._step_fn = jax.jit(jax.vmap(self.env.step))  # the simulator alone (base-class path, benchmarks)
             self._keys_fn = jax.jit(jax.vmap(jax.random.PRNGKey))
             self._split_fn = jax.jit(jax.vmap(jax.random.split))
         self._keys: Any = None
@@ -145,14 +145,74 @@ class BraxEnv(VecEnv):
             action_low=low,
             action_high=high,
         )
+        self._fused_fn = self._make_fused_step(low.numpy(), high.numpy())
+        with jax.default_device(self.jax_device):  # the time-limit flag, on the device once (no per-step copy)
+            self._at_limit = {b: jax.device_put(np.bool_(b), self.jax_device) for b in (False, True)}
+        # (terminated, truncated) as JAX arrays and the torch views of them made from them at the last step
+        self._flags_jax: tuple[Any, Any, torch.Tensor, torch.Tensor] | None = None
+
+    def _make_fused_step(self, low: np.ndarray, high: np.ndarray) -> Any:
+        """``jit`` of action clipping + ``vmap(env.step)`` + the base class's masking, in one XLA program.
+
+        The same rules as :meth:`VecEnv.step` (NaN → 0, ±inf → the bounds, reward 0 and flags kept after the
+        end, the time limit for episodes not terminated), so that a step is one dispatch and no torch ops.
+        """
+        jax = self._jax
+        jnp = jax.numpy
+        step = jax.vmap(self.env.step)
+        lo, hi = jnp.asarray(low, jnp.float32), jnp.asarray(high, jnp.float32)
+
+        def fused(state: Any, term: Any, trunc: Any, at_limit: Any, action: Any) -> tuple[Any, ...]:
+            action = jnp.clip(jnp.nan_to_num(action.astype(jnp.float32), nan=0.0), lo, hi)
+            state = step(state, action)
+            was_done = term | trunc
+            reward = jnp.where(was_done, jnp.float32(0), state.reward.astype(jnp.float32))
+            # Brax's done is 1 - healthy (or NaN detection in Playground): the task's termination
+            term = term | ((state.done > 0.5) & ~was_done)
+            trunc = trunc | (at_limit & ~term)
+            return state, state.obs, reward, term, trunc
+
+        with jax.default_device(self.jax_device):
+            return jax.jit(fused)
+
+    def _begin_episodes(self) -> None:
+        super()._begin_episodes()
+        self._flags_jax = None  # made from the torch flags at the next fused step
+
+    def step(self, action: torch.Tensor) -> StepResult:
+        """:meth:`VecEnv.step` fused into one jitted call: validation on the host, everything else on the device.
+
+        Per step: one DLPack import (the action), one dispatch, four DLPack exports; no torch kernels and no
+        host sync.
+        """
+        self._check_reset_called()
+        self._check_action_tensor(action)
+        self._check_continuous_action(action)
+        if action.dtype != torch.float32:
+            action = action.to(torch.float32)
+        flags = self._flags_jax
+        if flags is None or flags[2] is not self._terminated or flags[3] is not self._truncated:
+            # first step of the episodes, or the flags were set by another path: start from the torch flags
+            term_j, trunc_j = self.to_jax(self._terminated), self.to_jax(self._truncated)
+        else:
+            term_j, trunc_j = flags[0], flags[1]
+        at_limit = self._at_limit[self._t + 1 >= self.episode_length]
+        self._state, obs, reward, term_j, trunc_j = self._fused_fn(
+            self._state, term_j, trunc_j, at_limit, self.to_jax(action)
+        )
+        self._t += 1
+        self._terminated, self._truncated = self.to_torch(term_j), self.to_torch(trunc_j)
+        self._flags_jax = (term_j, trunc_j, self._terminated, self._truncated)
+        return self.to_torch(obs), self.to_torch(reward), self._terminated, self._truncated
 
     # --- DLPack in both directions, no copies
     @staticmethod
     def to_torch(x: Any) -> torch.Tensor:
         # The legacy (unversioned) capsule: JAX marks its versioned capsules read-only, which torch refuses.
         # The view is only ever read. Passing torch's stream makes it wait for JAX's pending work.
+        # As torch.from_dlpack does, torch's legacy default stream is passed as 1 (0 is not valid DLPack).
         on_gpu = next(iter(x.devices())).platform == "gpu"
-        stream = torch.cuda.current_stream().cuda_stream if on_gpu else None
+        stream = (torch.cuda.current_stream().cuda_stream or 1) if on_gpu else None
         return torch.utils.dlpack.from_dlpack(x.__dlpack__(stream=stream))
 
     def to_jax(self, t: torch.Tensor) -> Any:
