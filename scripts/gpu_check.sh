@@ -25,7 +25,7 @@ fi
 timeout 120 python3 scripts/bench_eval.py --device cuda > "$OUT/bench_eval_cuda.json" 2>> "$OUT/bench.err"
 timeout 60 python3 scripts/bench_variation.py --device cuda --sizes 1000 10000 100000 1000000 \
   > "$OUT/bench_variation_cuda.json" 2>> "$OUT/bench.err"
-timeout 120 python3 scripts/bench_envs.py --backends brax --device cuda --sizes 1 1024 32768 --steps 20 \
+timeout 480 python3 scripts/bench_envs.py --backends brax --device cuda \
   > "$OUT/bench_envs_brax.json" 2>> "$OUT/bench.err"
 cp /tmp/gprl_brax_step_trace.json "$OUT/" 2>/dev/null || true
 python3 - "$OUT" <<'PY'
@@ -36,5 +36,10 @@ for name in ("bench_eval_cuda.json", "bench_variation_cuda.json"):
         print(name, json.dumps(json.loads((out / name).read_text()))[:3000])
     except Exception as e:
         print(name, "unreadable:", e)
-print((out / "bench_envs_brax.json").read_text()[-2000:])
+keys = ("task", "num_envs", "steps", "live_fraction", "steps_per_s", "raw_steps_per_s", "overhead_pct",
+        "ours_host_us_per_step", "ours_synced_us_per_step", "raw_host_us_per_step", "raw_synced_us_per_step", "error")
+for line in (out / "bench_envs_brax.json").read_text().splitlines():
+    if line.startswith('{"backend"'):
+        rec = json.loads(line)
+        print({k: rec[k] for k in keys if k in rec})
 PY
