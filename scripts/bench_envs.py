@@ -85,6 +85,22 @@ class Loop:
     def close(self) -> None:
         pass
 
+    def worker_pids(self) -> list[int]:
+        """Other processes doing this loop's work (their CPU time is counted with ours)."""
+        return []
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """CPU time of this process (all threads) and of the given worker processes (their main threads)."""
+    total = time.process_time()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/schedstat") as f:  # nanoseconds on a CPU, exact (not clock ticks)
+                total += int(f.read().split()[0]) * 1e-9
+        except OSError:
+            pass
+    return total
+
 
 def _device_sync(device: torch.device) -> Callable[[], None]:
     if device.type == "cuda":
@@ -242,23 +258,30 @@ class GymVector(Loop):
             pending = np.asarray(term) | np.asarray(trunc)
         return counts
 
+    def worker_pids(self) -> list[int]:
+        return [p.pid for p in getattr(self.vec, "processes", [])]
+
     def close(self) -> None:
         self.vec.close()
 
 
 # ---------------------------------------------------------------------------------------------- timing
-def _timed(loop: Loop, steps: int, rollouts: int) -> tuple[float, float]:
-    """Wall time of ``rollouts`` rollouts of ``steps`` steps (resets untimed), and the part before the sync."""
-    total = enqueue = 0.0
+def _timed(loop: Loop, steps: int, rollouts: int) -> tuple[float, float, float]:
+    """Wall time of ``rollouts`` rollouts of ``steps`` steps (resets untimed), the part of it before the final
+    sync, and the CPU time spent (this process and the loop's worker processes)."""
+    total = enqueue = cpu = 0.0
+    pids = loop.worker_pids()
     for _ in range(rollouts):
         loop.start()
+        c0 = _cpu_seconds(pids)
         t0 = time.perf_counter()
         loop.run(steps)
         t1 = time.perf_counter()
         loop.sync()
         t2 = time.perf_counter()
+        cpu += _cpu_seconds(pids) - c0
         total, enqueue = total + t2 - t0, enqueue + t1 - t0
-    return total, enqueue
+    return total, enqueue, cpu
 
 
 def _load() -> float:
@@ -311,11 +334,13 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
     rollouts = max(1, math.ceil(args.min_sample_s / max(count_s, 1e-6)))
     times: dict[str, list[float]] = {lp.name: [] for lp in loops}
     enq: dict[str, list[float]] = {lp.name: [] for lp in loops}
+    cpu: dict[str, list[float]] = {lp.name: [] for lp in loops}
     for r in range(args.repeats):
         for lp in loops if r % 2 == 0 else loops[::-1]:
-            t, e = _timed(lp, steps, rollouts)
+            t, e, c = _timed(lp, steps, rollouts)
             times[lp.name].append(t)
             enq[lp.name].append(e)
+            cpu[lp.name].append(c)
     load1 = _load()
 
     def rate(name: str) -> float:
@@ -352,6 +377,13 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
             rec["vs_gymnasium"]["gym_async"] = (
                 f"not run: {n} processes (> --async-max-envs {args.async_max_envs})"
             )
+    # CPU cores a loop kept busy (CPU time / wall time): on a shared machine, what it was given. Linux shares the
+    # CPU between sessions (autogroup), so one busy neighbour halves a 2-thread loop but not a 1-thread one.
+    rec["cores_used"] = {name: round(float(np.median([c / t for c, t in zip(cpu[name], times[name], strict=True)])), 2)
+                         for name in times}  # fmt: skip
+    rec["cpu_us_per_live_step"] = {
+        name: round(float(np.median(cs)) / (live_total[name] * rollouts) * 1e6, 2) for name, cs in cpu.items()
+    }
     rec["loops"] = {lp.name: lp.what for lp in loops}
     rec["samples_s"] = {name: [round(t, 4) for t in ts] for name, ts in times.items()}
     rec["load_avg_1min"] = [load0, load1]
