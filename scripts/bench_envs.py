@@ -31,8 +31,13 @@ Loops of a record (``loops`` in the JSON):
   stepping at once; only up to ``--async-max-envs`` environments); ``vs_gymnasium`` gives our throughput over
   each and over the faster (``baseline``).
 
-    python scripts/bench_envs.py                                     # CPU: mujoco (+ Gymnasium), N = 1, 64, 1024
+    python scripts/bench_envs.py                      # CPU: native MuJoCo vs Gymnasium, N = 1, 64, 1024
+    python scripts/bench_envs.py --backends mujoco gymnasium         # + our Gymnasium adapter's overhead
     python scripts/bench_envs.py --backends brax genesis --device cuda   # GPU: N = 1 ... 32768
+
+On a machine shared with other work the wall-clock figures depend on what else runs: each record gives the
+1-minute load average before and after, the CPU cores each loop actually kept busy (``cores_used``) and the
+CPU time per live step (``cpu_us_per_live_step``, ``cpu_efficiency_vs_gymnasium``).
 """
 
 from __future__ import annotations
@@ -335,7 +340,8 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
     times: dict[str, list[float]] = {lp.name: [] for lp in loops}
     enq: dict[str, list[float]] = {lp.name: [] for lp in loops}
     cpu: dict[str, list[float]] = {lp.name: [] for lp in loops}
-    for r in range(args.repeats):
+    repeats = args.repeats or (7 if env.device.type == "cuda" else 3)
+    for r in range(repeats):
         for lp in loops if r % 2 == 0 else loops[::-1]:
             t, e, c = _timed(lp, steps, rollouts)
             times[lp.name].append(t)
@@ -346,6 +352,9 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
     def rate(name: str) -> float:
         return float(np.median([live_total[name] * rollouts / t for t in times[name]]))
 
+    def cpu_per_step(name: str) -> float:
+        return float(np.median(cpu[name])) / (live_total[name] * rollouts)
+
     def paired(a: str, b: str) -> float:
         """Median over repeats of throughput(a) / throughput(b)."""
         return float(np.median([(live_total[a] / ta) / (live_total[b] / tb)
@@ -353,7 +362,7 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
 
     rec: dict[str, Any] = {
         "backend": backend, "task": task, "device": str(env.device), "num_envs": n, "steps": steps,
-        "max_steps": args.steps, "action_scale": scale, "rollouts_per_sample": rollouts, "repeats": args.repeats,
+        "max_steps": args.steps, "action_scale": scale, "rollouts_per_sample": rollouts, "repeats": repeats,
         "live_env_steps": int(live_total["ours"]), "live_fraction": live_total["ours"] / (n * steps),
         "steps_per_s": rate("ours"),
     }  # fmt: skip
@@ -373,6 +382,10 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
         rec["gym_live_env_steps"] = {name: int(live_total[name]) for name in gyms}
         best = max(gyms, key=rate)
         rec["vs_gymnasium"] = {**vs, "baseline": best, "ratio": vs[best]}
+        # CPU time per live step, Gymnasium's over ours: what a busy shared machine cannot distort much
+        rec["cpu_efficiency_vs_gymnasium"] = {
+            name: round(cpu_per_step(name) / cpu_per_step("ours"), 3) for name in gyms
+        }
         if "gym_async" not in times:
             rec["vs_gymnasium"]["gym_async"] = (
                 f"not run: {n} processes (> --async-max-envs {args.async_max_envs})"
@@ -381,12 +394,14 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
     # CPU between sessions (autogroup), so one busy neighbour halves a 2-thread loop but not a 1-thread one.
     rec["cores_used"] = {name: round(float(np.median([c / t for c, t in zip(cpu[name], times[name], strict=True)])), 2)
                          for name in times}  # fmt: skip
-    rec["cpu_us_per_live_step"] = {
-        name: round(float(np.median(cs)) / (live_total[name] * rollouts) * 1e6, 2) for name, cs in cpu.items()
-    }
+    rec["cpu_us_per_live_step"] = {name: round(cpu_per_step(name) * 1e6, 2) for name in cpu}
     rec["loops"] = {lp.name: lp.what for lp in loops}
     rec["samples_s"] = {name: [round(t, 4) for t in ts] for name, ts in times.items()}
     rec["load_avg_1min"] = [load0, load1]
+    if max(load0, load1) > 0.75 * (os.cpu_count() or 1):
+        rec["machine_busy"] = (
+            "load average above 0.75 x CPU count: other work shared the cores; see cores_used"
+        )
     for lp in loops:
         lp.close()
     env.close()
@@ -407,7 +422,9 @@ def _versions() -> dict[str, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backends", nargs="+", default=["mujoco", "gymnasium"], choices=genvs.BACKENDS)
+    ap.add_argument("--backends", nargs="+", default=["mujoco"], choices=genvs.BACKENDS,
+                    help="default: mujoco, with Gymnasium's own vector envs as baselines; add gymnasium for our "
+                         "Gymnasium adapter's overhead")  # fmt: skip
     ap.add_argument("--tasks", nargs="+", default=None,
                     help="task names (default per backend: hopper walker2d halfcheetah; brax: hopper; "
                          "genesis: go2_walk)")  # fmt: skip
@@ -415,7 +432,9 @@ def main() -> None:
                     help=f"batch sizes (default: {CPU_SIZES} on the CPU, {GPU_SIZES} on a GPU)")  # fmt: skip
     ap.add_argument("--device", default=None, help="torch device (default: each backend's own)")
     ap.add_argument("--steps", type=int, default=100, help="at most this many steps per rollout")
-    ap.add_argument("--repeats", type=int, default=5, help="timed samples per loop")
+    ap.add_argument(
+        "--repeats", type=int, default=None, help="timed samples per loop (default: 3 CPU, 7 GPU)"
+    )
     ap.add_argument("--min-sample-s", type=float, default=0.3, help="a sample is at least this long")
     ap.add_argument("--action-scale", type=float, default=None,
                     help="actions: uniform in the bounds (within [-1, 1]) × this (default 1; genesis 0.2)")  # fmt: skip
