@@ -170,7 +170,7 @@ class BraxEnv(VecEnv):
             # Brax's done is 1 - healthy (or NaN detection in Playground): the task's termination
             term = term | ((state.done > 0.5) & ~was_done)
             trunc = trunc | (at_limit & ~term)
-            return state, state.obs, reward, term, trunc
+            return state, reward, term, trunc  # obs: state.obs itself (a second output would be a copy)
 
         with jax.default_device(self.jax_device):
             return jax.jit(fused)
@@ -197,13 +197,13 @@ class BraxEnv(VecEnv):
         else:
             term_j, trunc_j = flags[0], flags[1]
         at_limit = self._at_limit[self._t + 1 >= self.episode_length]
-        self._state, obs, reward, term_j, trunc_j = self._fused_fn(
+        self._state, reward, term_j, trunc_j = self._fused_fn(
             self._state, term_j, trunc_j, at_limit, self.to_jax(action)
         )
         self._t += 1
         self._terminated, self._truncated = self.to_torch(term_j), self.to_torch(trunc_j)
         self._flags_jax = (term_j, trunc_j, self._terminated, self._truncated)
-        return self.to_torch(obs), self.to_torch(reward), self._terminated, self._truncated
+        return self.to_torch(self._state.obs), self.to_torch(reward), self._terminated, self._truncated
 
     # --- DLPack in both directions, no copies
     @staticmethod

@@ -93,6 +93,8 @@ def test_dlpack_shares_storage_on_cpu(pendulum: genvs.VecEnv) -> None:
     assert obs.data_ptr() == env._state.obs.unsafe_buffer_pointer()
     action = env.prepare_action(torch.zeros(6, 1))
     assert env.to_jax(action).unsafe_buffer_pointer() == action.data_ptr()
+    obs, *_ = env.step(action)  # the fused step's observation is the new state's own buffer
+    assert obs.data_ptr() == env._state.obs.unsafe_buffer_pointer()
 
 
 def test_bad_inputs(pendulum: genvs.VecEnv) -> None:
