@@ -8,6 +8,17 @@
 
 #include "nodes.h"
 #include "ops.h"
+#include "trig_cpu.h"
+
+// The row loops are compiled for several x86-64 levels and picked at load time (GCC function multiversioning,
+// like glibc's own sinf/cosf variants): the binary runs on any x86-64 and uses AVX2 or AVX-512 where the CPU
+// has them, and -ffp-contract=off (gprl/_build.py) makes every level compute the same bits. Elsewhere (other
+// compilers or architectures) they are compiled once for the build's target.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define GPRL_ROWS __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define GPRL_ROWS
+#endif
 
 namespace gprl {
 namespace {
@@ -30,26 +41,31 @@ TreeView tree_at(const at::Tensor& kind, const at::Tensor& code, const at::Tenso
           value.data_ptr<float>() + o, len};
 }
 
-// dst may alias a, b or c (same row index): no __restrict.
-void apply_rows(int fn, int n, const float* a, const float* b, const float* c, float* dst) {
+// dst may alias a, b or c (same row index): no __restrict. sin/cos/tan use the vectorisable versions of
+// trig_cpu.h (same values up to 1 ulp, nodes.h's post-processing); `tmp` is CHUNK floats of scratch for them.
+GPRL_ROWS void apply_rows(int fn, int n, const float* a, const float* b, const float* c, float* dst, float* tmp) {
   switch (fn) {
-#define GPRL_CASE(F) \
-  case F: for (int r = 0; r < n; ++r) dst[r] = apply(F, a[r], b[r], c[r]); break;
+#define GPRL_CASE(F)                                                                  \
+  case F:                                                                             \
+    if constexpr (F == SIN || F == COS || F == TAN) cpu_trig::trig_rows<F>(n, a, dst, tmp); \
+    else for (int r = 0; r < n; ++r) dst[r] = apply(F, a[r], b[r], c[r]);              \
+    break;
     GPRL_FUNCTIONS(GPRL_CASE)
 #undef GPRL_CASE
     default: for (int r = 0; r < n; ++r) dst[r] = 0.f;
   }
 }
 
-// Per-thread scratch of one evaluation: a buffer of CHUNK floats per stack slot (plus one for Modi values)
-// and the stack of pointers to each slot's current values.
+// Per-thread scratch of one evaluation: a buffer of CHUNK floats per stack slot (plus one for Modi values
+// and one for apply_rows) and the stack of pointers to each slot's current values.
 struct Scratch {
   std::vector<float> buf;
   std::vector<const float*> slot;
   explicit Scratch(int64_t max_stack)
-      : buf((std::max<int64_t>(max_stack, 1) + 1) * CHUNK), slot(std::max<int64_t>(max_stack, 1)) {}
+      : buf((std::max<int64_t>(max_stack, 1) + 2) * CHUNK), slot(std::max<int64_t>(max_stack, 1)) {}
   float* own(int i) { return buf.data() + int64_t(i) * CHUNK; }
   float* modi() { return buf.data() + int64_t(slot.size()) * CHUNK; }
+  float* tmp() { return buf.data() + int64_t(slot.size() + 1) * CHUNK; }
 };
 
 // Evaluates `n` rows of one tree. Column v of the inputs starts at x + v * ld. Each Modi node and a
@@ -68,14 +84,14 @@ void eval_chunk(const TreeView& t, const float* x, int64_t ld, int64_t n_in, int
       const float* b = ar >= 2 ? stack[sp - 2] : a;
       const float* c = ar >= 3 ? stack[sp - 3] : a;
       sp -= ar - 1;  // the result takes the last child's slot
-      if (t.kind[i] & OUTPUT_FLAG) {
+      if (t.kind[i] & OUTPUT_FLAG) {  // Modi: the last child's value passes up (its slot is left as it is)
         TORCH_CHECK(t.out[i] < n_out, "gprl: output index ", int(t.out[i]), " >= n_out ", n_out);
         float* v = s.modi();
-        apply_rows(fn, n, a, b, c, v);
+        apply_rows(fn, n, a, b, c, v, s.tmp());
         emit(int(t.out[i]), v);
-      } else {  // Modi: the last child's value passes up (its slot is left as it is)
+      } else {
         float* dst = s.own(sp - 1);
-        apply_rows(fn, n, a, b, c, dst);
+        apply_rows(fn, n, a, b, c, dst, s.tmp());
         stack[sp - 1] = dst;
       }
       continue;
