@@ -145,6 +145,24 @@ def test_fitness_is_deterministic():
         assert torch.equal(a, pop.fitness(X, y))
 
 
+def test_fitness_and_forward_do_not_depend_on_threads():
+    # enough work for the CPU kernels to use every thread; jobs are handed out dynamically, results must not move
+    pop = random_population(400, 3, 2, seed=6, max_len=64, max_depth=6)
+    X = torch.from_numpy(ref.random_inputs(np.random.default_rng(6), (3000, 3)))
+    y = torch.randn(3000, 2)
+    threads = torch.get_num_threads()
+    try:
+        runs = []
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            runs.append((pop.fitness(X, y), pop.forward(X), pop.forward(X[:6].expand(400, 6, 3))))
+    finally:
+        torch.set_num_threads(threads)
+    for run in runs[1:]:
+        for a, b in zip(runs[0], run):
+            assert torch.equal(a, b)
+
+
 def _ulps(got: np.ndarray, x: np.ndarray, fn) -> np.ndarray:
     """|got - fn(x)| in float32 ulps of the exact value (NumPy's float64 result stands for it)."""
     exact = fn(x.astype(np.float64))
