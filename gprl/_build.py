@@ -10,6 +10,7 @@ import hashlib
 import importlib.resources
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,8 +19,29 @@ import torch
 _loaded = False
 _has_cuda_kernels = False
 
-CXX_FLAGS = ["-O3", "-std=c++17"]
+# -fno-math-errno and -fno-trapping-math change no value (NaN, inf and signed zeros stay exact, unlike
+# -ffast-math): they only drop errno and floating-point exception flags, which nothing reads, and so let the
+# row loops of the protected functions (a select around a division, sqrt) vectorise. -ffp-contract=off: the
+# CPU row loops are compiled for several x86-64 levels (kernels/eval_cpu.cpp); without fused multiply-adds
+# every level computes the same bits (~15% slower trig than with them).
+CXX_FLAGS = ["-O3", "-std=c++17", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off"]
 NVCC_FLAGS = ["-O3", "-std=c++17", "--expt-relaxed-constexpr"]
+
+
+def openmp_flags() -> list[str]:
+    """``-fopenmp`` where torch's intra-op threads are OpenMP (libgomp, Linux) and the compiler is GCC.
+
+    at::parallel_for is a header template: compiled without OpenMP it runs the whole range on the calling
+    thread, so the CPU kernels would ignore torch.set_num_threads. With -fopenmp its regions run on the
+    libgomp that torch has loaded already (same soname), i.e. on torch's own thread pool."""
+    if sys.platform != "linux" or "OpenMP" not in torch.__config__.parallel_info():
+        return []
+    try:
+        version = subprocess.run([os.environ.get("CXX", "c++"), "--version"], check=False, capture_output=True,
+                                 text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return ["-fopenmp"] if "Free Software Foundation" in version else []
 
 
 def kernel_dir() -> Path:
@@ -61,7 +83,8 @@ def load() -> None:
     for f in sorted(src.glob("*.h")) + sources:
         digest.update(f.name.encode() + f.read_bytes())
     arch = os.environ.get("TORCH_CUDA_ARCH_LIST", "") if use_cuda else ""
-    digest.update(f"{torch.__version__}|{sys.version_info[:2]}|{CXX_FLAGS}|{NVCC_FLAGS}|{arch}".encode())
+    omp = openmp_flags()
+    digest.update(f"{torch.__version__}|{sys.version_info[:2]}|{CXX_FLAGS}|{omp}|{NVCC_FLAGS}|{arch}".encode())
     name = f"gprl_ops_{digest.hexdigest()[:16]}"
     build_dir = Path(os.environ.get("GPRL_CACHE", Path.home() / ".cache" / "gprl")) / name
     library = build_dir / f"{name}.so"
@@ -75,7 +98,8 @@ def load() -> None:
             cpp_load(
                 name=name,
                 sources=[str(s) for s in sources],
-                extra_cflags=CXX_FLAGS,
+                extra_cflags=CXX_FLAGS + omp,
+                extra_ldflags=omp,
                 extra_cuda_cflags=NVCC_FLAGS,
                 extra_include_paths=[str(src)],
                 build_directory=str(build_dir),

@@ -4,15 +4,35 @@
 // one of its own arguments (element r is read before it is written), so no node copies its values.
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "nodes.h"
 #include "ops.h"
+#include "trig_cpu.h"
+
+// The row loops are compiled for several x86-64 levels and picked at load time (GCC function multiversioning,
+// like glibc's own sinf/cosf variants): the binary runs on any x86-64 and uses AVX2 or AVX-512 where the CPU
+// has them, and -ffp-contract=off (gprl/_build.py) makes every level compute the same bits. Elsewhere (other
+// compilers or architectures) they are compiled once for the build's target.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define GPRL_ROWS __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define GPRL_ROWS
+#endif
 
 namespace gprl {
 namespace {
 
-constexpr int CHUNK = 64;
+// 256 rows: measured 1.3-2x the throughput of 64 at D = 392..1e5 (the per-node dispatch is amortised over more
+// rows); the stack buffers of a typical tree still fit in L1/L2.
+constexpr int CHUNK = 256;
 
 struct TreeView {
   const uint8_t* kind;
@@ -30,26 +50,37 @@ TreeView tree_at(const at::Tensor& kind, const at::Tensor& code, const at::Tenso
           value.data_ptr<float>() + o, len};
 }
 
-// dst may alias a, b or c (same row index): no __restrict.
-void apply_rows(int fn, int n, const float* a, const float* b, const float* c, float* dst) {
+// dst may alias a, b or c (same row index): no __restrict. sin/cos/tan use the vectorisable versions of
+// trig_cpu.h (same values up to 1 ulp, nodes.h's post-processing); `tmp` is CHUNK floats of scratch for them.
+GPRL_ROWS void apply_rows(int fn, int n, const float* a, const float* b, const float* c, float* dst, float* tmp) {
   switch (fn) {
-#define GPRL_CASE(F) \
-  case F: for (int r = 0; r < n; ++r) dst[r] = apply(F, a[r], b[r], c[r]); break;
+#define GPRL_CASE(F)                                                                  \
+  case F:                                                                             \
+    if constexpr (F == SIN || F == COS || F == TAN) cpu_trig::trig_rows<F>(n, a, dst, tmp); \
+    else for (int r = 0; r < n; ++r) dst[r] = apply(F, a[r], b[r], c[r]);              \
+    break;
     GPRL_FUNCTIONS(GPRL_CASE)
 #undef GPRL_CASE
     default: for (int r = 0; r < n; ++r) dst[r] = 0.f;
   }
 }
 
-// Per-thread scratch of one evaluation: a buffer of CHUNK floats per stack slot (plus one for Modi values)
-// and the stack of pointers to each slot's current values.
+// Per-thread scratch of one evaluation: a buffer of CHUNK floats per stack slot (plus one for Modi values
+// and one for apply_rows) and the stack of pointers to each slot's current values.
 struct Scratch {
   std::vector<float> buf;
   std::vector<const float*> slot;
   explicit Scratch(int64_t max_stack)
-      : buf((std::max<int64_t>(max_stack, 1) + 1) * CHUNK), slot(std::max<int64_t>(max_stack, 1)) {}
+      : buf((std::max<int64_t>(max_stack, 1) + 2) * CHUNK), slot(std::max<int64_t>(max_stack, 1)) {}
   float* own(int i) { return buf.data() + int64_t(i) * CHUNK; }
   float* modi() { return buf.data() + int64_t(slot.size()) * CHUNK; }
+  float* tmp() { return buf.data() + int64_t(slot.size() + 1) * CHUNK; }
+  // CHUNK floats per output, for the fitness op's predictions
+  std::vector<float> pred_buf;
+  float* pred(int64_t n_out) {
+    if (int64_t(pred_buf.size()) < n_out * CHUNK) pred_buf.resize(n_out * CHUNK);
+    return pred_buf.data();
+  }
 };
 
 // Evaluates `n` rows of one tree. Column v of the inputs starts at x + v * ld. Each Modi node and a
@@ -68,14 +99,14 @@ void eval_chunk(const TreeView& t, const float* x, int64_t ld, int64_t n_in, int
       const float* b = ar >= 2 ? stack[sp - 2] : a;
       const float* c = ar >= 3 ? stack[sp - 3] : a;
       sp -= ar - 1;  // the result takes the last child's slot
-      if (t.kind[i] & OUTPUT_FLAG) {
+      if (t.kind[i] & OUTPUT_FLAG) {  // Modi: the last child's value passes up (its slot is left as it is)
         TORCH_CHECK(t.out[i] < n_out, "gprl: output index ", int(t.out[i]), " >= n_out ", n_out);
         float* v = s.modi();
-        apply_rows(fn, n, a, b, c, v);
+        apply_rows(fn, n, a, b, c, v, s.tmp());
         emit(int(t.out[i]), v);
-      } else {  // Modi: the last child's value passes up (its slot is left as it is)
+      } else {
         float* dst = s.own(sp - 1);
-        apply_rows(fn, n, a, b, c, dst);
+        apply_rows(fn, n, a, b, c, dst, s.tmp());
         stack[sp - 1] = dst;
       }
       continue;
@@ -94,6 +125,120 @@ void eval_chunk(const TreeView& t, const float* x, int64_t ld, int64_t n_in, int
   if (t.len > 0 && !(t.kind[0] & OUTPUT_FLAG)) emit(0, stack[0]);
 }
 
+// ---- scheduling: jobs over the calling thread and helpers from torch's inter-op pool ----
+
+// Below this many node-rows of work per thread the kernels run on the calling thread alone: waking a
+// helper costs more than it saves for tiny populations or datasets.
+constexpr int64_t MIN_WORK_PER_THREAD = int64_t(1) << 18;
+
+// Node-rows of one evaluation (D rows of every tree), capped at `enough`: summing the lengths of big
+// populations is only needed when the cheap bounds do not already decide the thread count.
+int64_t work_of(const at::Tensor& size, int64_t rows, int64_t enough) {
+  int64_t P = size.size(0), L = size.size(1);
+  if (L == 0 || P * rows >= enough) return P * rows;
+  const int16_t* sp = size.data_ptr<int16_t>();
+  int64_t nodes = 0;
+  for (int64_t t = 0; t < P; ++t) nodes += sp[t * L];
+  return nodes * rows;
+}
+
+// Shared state of one run_jobs call. Threads claim batches of jobs from `next`; the caller waits only for
+// batches that were claimed, so a helper that the OS starts late (a machine shared with other processes)
+// finds no work left and costs nothing. (An OpenMP region ends in a barrier over all its threads: with two
+// threads on a loaded 2-core machine a 1 ms evaluation took 12 ms, most of it waiting for the second thread
+// to be scheduled.) Helpers hold this state by shared_ptr and call `body` only after claiming a batch, while
+// the caller is still waiting, so nothing they touch can be gone.
+struct JobQueue {
+  int64_t jobs, batch;
+  std::atomic<int64_t> next{0}, done{0};
+  std::function<void(int64_t begin, int64_t end)> body;  // runs jobs [begin, end) on the calling thread
+  std::mutex mutex;
+  std::condition_variable finished;
+  std::exception_ptr error;
+  std::atomic<bool> failed{false};
+
+  // Claims and runs batches until none is left; returns when this thread has no claimed work. After an
+  // error the remaining batches are claimed and counted without running, so the caller's wait still ends.
+  void work() {
+    for (int64_t j0; (j0 = next.fetch_add(batch, std::memory_order_relaxed)) < jobs;) {
+      int64_t j1 = std::min(jobs, j0 + batch);
+      if (!failed.load(std::memory_order_relaxed)) {
+        try {
+          body(j0, j1);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mutex);
+          if (!error) error = std::current_exception();
+          failed.store(true, std::memory_order_relaxed);
+        }
+      }
+      if (done.fetch_add(j1 - j0, std::memory_order_acq_rel) + (j1 - j0) == jobs) {
+        std::lock_guard<std::mutex> lock(mutex);
+        finished.notify_all();
+      }
+    }
+  }
+};
+
+// Runs body(scratch, job) for every job in [0, jobs): on the calling thread plus up to torch's thread count - 1
+// helpers from torch's inter-op pool, about one thread per MIN_WORK_PER_THREAD of work. Each job writes only
+// its own outputs, so the results do not depend on which thread ran it.
+template <typename Body>
+void run_jobs(int64_t jobs, const at::Tensor& size, int64_t rows, int64_t max_stack, Body&& body) {
+  if (jobs <= 0) return;
+  int64_t threads = at::in_parallel_region() ? 1 : std::min<int64_t>(at::get_num_threads(), jobs);
+  if (threads > 1) {
+    int64_t work = work_of(size, rows, threads * MIN_WORK_PER_THREAD);
+    threads = std::max<int64_t>(1, std::min(threads, work / MIN_WORK_PER_THREAD));
+  }
+  if (threads == 1) {
+    Scratch scratch(max_stack);
+    for (int64_t j = 0; j < jobs; ++j) body(scratch, j);
+    return;
+  }
+  auto queue = std::make_shared<JobQueue>();
+  queue->jobs = jobs;
+  queue->batch = std::max<int64_t>(1, jobs / (threads * 64));
+  queue->body = [&](int64_t begin, int64_t end) {
+    Scratch scratch(max_stack);
+    for (int64_t j = begin; j < end; ++j) body(scratch, j);
+  };
+  for (int64_t h = 1; h < threads; ++h) at::launch([queue] { queue->work(); });
+  queue->work();
+  {
+    std::unique_lock<std::mutex> lock(queue->mutex);
+    queue->finished.wait(lock, [&] { return queue->done.load(std::memory_order_acquire) == jobs; });
+  }
+  if (queue->error) std::rethrow_exception(queue->error);
+}
+
+// Rows [begin, end) of part `i` of `parts` equal parts of `chunks` chunks: depends only on the sizes.
+inline int64_t part_begin(int64_t i, int64_t parts, int64_t chunks) { return i * chunks / parts * CHUNK; }
+
+// A job evaluates one tree on one contiguous part of the rows. Jobs run part-major (all trees on part 0,
+// then part 1, ...), so a part of X stays in cache while the trees read it. PARTS_PER_TREE bounds the number
+// of parts (and of fitness partial sums) per tree; small datasets have one part per chunk.
+constexpr int64_t PARTS_PER_TREE = 16;
+
+struct Split {
+  int64_t P, chunks, parts;
+  Split(int64_t P_, int64_t D) : P(P_), chunks((D + CHUNK - 1) / CHUNK), parts(std::min(chunks, PARTS_PER_TREE)) {}
+  int64_t jobs() const { return P * parts; }
+  int64_t tree(int64_t job) const { return job % P; }
+  int64_t part(int64_t job) const { return job / P; }
+};
+
+// y[r * n_out + k] += v[r], the forward ops' output layout [.., rows, n_out]
+template <typename EvalRows>
+void forward_rows(const Split& split, int64_t job, int64_t D, int64_t n_out, float* yp, EvalRows&& eval_rows) {
+  int64_t t = split.tree(job), p = split.part(job);
+  int64_t r_end = std::min(D, part_begin(p + 1, split.parts, split.chunks));
+  for (int64_t r0 = part_begin(p, split.parts, split.chunks); r0 < r_end; r0 += CHUNK) {
+    int n = int(std::min<int64_t>(CHUNK, r_end - r0));
+    float* y = yp + (t * D + r0) * n_out;
+    eval_rows(t, r0, n, [&](int k, const float* v) { for (int r = 0; r < n; ++r) y[r * n_out + k] += v[r]; });
+  }
+}
+
 at::Tensor forward_cpu(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,
                        const at::Tensor& size, const at::Tensor& Xt, int64_t n_out, int64_t max_stack) {
   check_population(kind, code, out, value, size);
@@ -104,16 +249,12 @@ at::Tensor forward_cpu(const at::Tensor& kind, const at::Tensor& code, const at:
   at::Tensor Y = at::zeros({P, D, n_out}, Xt.options());
   const float* xp = xc.data_ptr<float>();
   float* yp = Y.data_ptr<float>();
-  int64_t chunks = (D + CHUNK - 1) / CHUNK;
-  at::parallel_for(0, P * chunks, 1, [&](int64_t begin, int64_t end) {
-    Scratch scratch(max_stack);
-    for (int64_t job = begin; job < end; ++job) {
-      int64_t t = job / chunks, r0 = (job % chunks) * CHUNK;
-      int n = int(std::min<int64_t>(CHUNK, D - r0));
-      float* y = yp + (t * D + r0) * n_out;
+  Split split(P, D);
+  run_jobs(split.jobs(), size, D, max_stack, [&](Scratch& scratch, int64_t job) {
+    forward_rows(split, job, D, n_out, yp, [&](int64_t t, int64_t r0, int n, auto&& emit) {
       eval_chunk(tree_at(kind, code, out, value, size, t), xp + r0, D, n_in, n_out, n, scratch, int(max_stack),
-                 [&](int k, const float* v) { for (int r = 0; r < n; ++r) y[r * n_out + k] += v[r]; });
-    }
+                 emit);
+    });
   });
   return Y;
 }
@@ -130,19 +271,42 @@ at::Tensor forward_batched_cpu(const at::Tensor& kind, const at::Tensor& code, c
   at::Tensor Y = at::zeros({P, B, n_out}, X.options());
   const float* xp = xc.data_ptr<float>();
   float* yp = Y.data_ptr<float>();
-  int64_t chunks = (B + CHUNK - 1) / CHUNK;
-  at::parallel_for(0, P * chunks, 1, [&](int64_t begin, int64_t end) {
-    Scratch scratch(max_stack);
-    for (int64_t job = begin; job < end; ++job) {
-      int64_t t = job / chunks, r0 = (job % chunks) * CHUNK;
-      int n = int(std::min<int64_t>(CHUNK, B - r0));
-      float* y = yp + (t * B + r0) * n_out;
+  Split split(P, B);
+  run_jobs(split.jobs(), size, B, max_stack, [&](Scratch& scratch, int64_t job) {
+    forward_rows(split, job, B, n_out, yp, [&](int64_t t, int64_t r0, int n, auto&& emit) {
       eval_chunk(tree_at(kind, code, out, value, size, t), xp + t * n_in * B + r0, B, n_in, n_out, n, scratch,
-                 int(max_stack),
-                 [&](int k, const float* v) { for (int r = 0; r < n; ++r) y[r * n_out + k] += v[r]; });
-    }
+                 int(max_stack), emit);
+    });
   });
   return Y;
+}
+
+// Loss summed over n <= CHUNK rows: LANES independent double partial sums (so the loop vectorises; one serial
+// sum was a 4-cycle dependency chain per row), added in a fixed order at the end: the result depends only on
+// the data, not on the threads. double: squared errors of float32 predictions may exceed float32's range.
+template <int64_t METRIC, bool WEIGHTED>
+GPRL_ROW_INLINE double loss_term(const float* pred, const float* y, const float* w, int r) {
+  double e = double(pred[r]) - double(y[r]);
+  double v = METRIC == MAE ? std::fabs(e) : e * e;
+  return WEIGHTED ? double(w[r]) * v : v;
+}
+
+template <int64_t METRIC, bool WEIGHTED>
+GPRL_ROW_INLINE double loss_rows_impl(int n, const float* pred, const float* y, const float* w) {
+  constexpr int LANES = 8;
+  double acc[LANES] = {};
+  int r0 = 0;
+  for (; r0 + LANES <= n; r0 += LANES)
+    for (int l = 0; l < LANES; ++l) acc[l] += loss_term<METRIC, WEIGHTED>(pred, y, w, r0 + l);
+  for (int l = 0; r0 + l < n; ++l) acc[l] += loss_term<METRIC, WEIGHTED>(pred, y, w, r0 + l);
+  double s = 0.0;
+  for (int l = 0; l < LANES; ++l) s += acc[l];
+  return s;
+}
+
+GPRL_ROWS double loss_rows(int64_t metric, int n, const float* pred, const float* y, const float* w) {
+  if (metric == MAE) return w ? loss_rows_impl<MAE, true>(n, pred, y, w) : loss_rows_impl<MAE, false>(n, pred, y, w);
+  return w ? loss_rows_impl<MSE, true>(n, pred, y, w) : loss_rows_impl<MSE, false>(n, pred, y, w);
 }
 
 at::Tensor fitness_cpu(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,
@@ -153,33 +317,23 @@ at::Tensor fitness_cpu(const at::Tensor& kind, const at::Tensor& code, const at:
   at::Tensor xc = Xt.contiguous(), yc = yt.contiguous();
   const float *xp = xc.data_ptr<float>(), *yp = yc.data_ptr<float>();
   const float* wp = w.defined() ? w.data_ptr<float>() : nullptr;
-  // Fixed blocks of rows with one partial sum each, summed in order: the result does not depend on threads.
-  constexpr int64_t BLOCK_CHUNKS = 16;
-  int64_t chunks = (D + CHUNK - 1) / CHUNK, blocks = (chunks + BLOCK_CHUNKS - 1) / BLOCK_CHUNKS;
-  std::vector<double> partial(P * blocks * n_out, 0.0);
-  at::parallel_for(0, P * blocks, 1, [&](int64_t begin, int64_t end) {
-    Scratch scratch(max_stack);
-    std::vector<float> pred(n_out * CHUNK);
-    for (int64_t job = begin; job < end; ++job) {
-      int64_t t = job / blocks, blk = job % blocks;
-      TreeView tree = tree_at(kind, code, out, value, size, t);
-      double* part = partial.data() + job * n_out;
-      for (int64_t ch = blk * BLOCK_CHUNKS; ch < std::min(chunks, (blk + 1) * BLOCK_CHUNKS); ++ch) {
-        int64_t r0 = ch * CHUNK;
-        int n = int(std::min<int64_t>(CHUNK, D - r0));
-        std::fill(pred.begin(), pred.end(), 0.f);
-        eval_chunk(tree, xp + r0, D, n_in, n_out, n, scratch, int(max_stack),
-                   [&](int k, const float* v) { for (int r = 0; r < n; ++r) pred[k * CHUNK + r] += v[r]; });
-        for (int64_t k = 0; k < n_out; ++k) {
-          double s = 0.0;  // double: squared errors of float32 predictions may exceed float32's range
-          for (int r = 0; r < n; ++r) {
-            double e = double(pred[k * CHUNK + r]) - double(yp[k * D + r0 + r]);
-            double l = metric == MAE ? std::fabs(e) : e * e;
-            s += wp ? wp[r0 + r] * l : l;
-          }
-          part[k] += s;
-        }
-      }
+  // One partial sum per tree, part of the rows and output, summed in a fixed order: the result does not
+  // depend on the threads.
+  Split split(P, D);
+  std::vector<double> partial(split.jobs() * n_out, 0.0);
+  run_jobs(split.jobs(), size, D, max_stack, [&](Scratch& scratch, int64_t job) {
+    int64_t t = split.tree(job), p = split.part(job);
+    TreeView tree = tree_at(kind, code, out, value, size, t);
+    double* part = partial.data() + (t * split.parts + p) * n_out;
+    float* pred = scratch.pred(n_out);
+    int64_t r_end = std::min(D, part_begin(p + 1, split.parts, split.chunks));
+    for (int64_t r0 = part_begin(p, split.parts, split.chunks); r0 < r_end; r0 += CHUNK) {
+      int n = int(std::min<int64_t>(CHUNK, r_end - r0));
+      std::fill(pred, pred + n_out * CHUNK, 0.f);
+      eval_chunk(tree, xp + r0, D, n_in, n_out, n, scratch, int(max_stack),
+                 [&](int k, const float* v) { for (int r = 0; r < n; ++r) pred[k * CHUNK + r] += v[r]; });
+      for (int64_t k = 0; k < n_out; ++k)
+        part[k] += loss_rows(metric, n, pred + k * CHUNK, yp + k * D + r0, wp ? wp + r0 : nullptr);
     }
   });
   double denom = double(D);
@@ -193,7 +347,7 @@ at::Tensor fitness_cpu(const at::Tensor& kind, const at::Tensor& code, const at:
     double total = 0.0;
     for (int64_t k = 0; k < n_out; ++k) {
       double s = 0.0;
-      for (int64_t blk = 0; blk < blocks; ++blk) s += partial[(t * blocks + blk) * n_out + k];
+      for (int64_t p = 0; p < split.parts; ++p) s += partial[(t * split.parts + p) * n_out + k];
       double m = s / denom;
       total += metric == RMSE ? std::sqrt(m) : m;
     }

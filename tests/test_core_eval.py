@@ -145,6 +145,64 @@ def test_fitness_is_deterministic():
         assert torch.equal(a, pop.fitness(X, y))
 
 
+def test_fitness_and_forward_do_not_depend_on_threads():
+    # enough work for the CPU kernels to use every thread; jobs are handed out dynamically, results must not move
+    pop = random_population(400, 3, 2, seed=6, max_len=64, max_depth=6)
+    X = torch.from_numpy(ref.random_inputs(np.random.default_rng(6), (3000, 3)))
+    y = torch.randn(3000, 2)
+    threads = torch.get_num_threads()
+    try:
+        runs = []
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            runs.append((pop.fitness(X, y), pop.forward(X), pop.forward(X[:6].expand(400, 6, 3))))
+    finally:
+        torch.set_num_threads(threads)
+    for run in runs[1:]:
+        for a, b in zip(runs[0], run):
+            assert torch.equal(a, b)
+
+
+def _ulps(got: np.ndarray, x: np.ndarray, fn) -> np.ndarray:
+    """|got - fn(x)| in float32 ulps of the exact value (NumPy's float64 result stands for it)."""
+    exact = fn(x.astype(np.float64))
+    _, e = np.frexp(exact)  # |exact| in [2^(e-1), 2^e): a float32 ulp there is 2^(e-24); subnormals 2^-149
+    return np.abs(got.astype(np.float64) - exact) / np.ldexp(1.0, np.maximum(e - 24, -149))
+
+
+@pytest.mark.parametrize("name", ["sin", "cos", "tan"])
+def test_trig_accuracy_in_ulps(name):
+    # The CPU rows compute sin/cos/tan with their own vectorised code up to |x| = 2^20 (kernels/trig_cpu.h) and
+    # with libm beyond it. Inputs: uniform, log-uniform magnitudes, the floats nearest to multiples of pi/2
+    # (where the argument reduction cancels) and beyond 2^20, shuffled so both paths share chunks of rows.
+    rng = np.random.default_rng(0)
+    sign = lambda n: rng.choice([-1.0, 1.0], n)
+    near = (rng.integers(-667_000, 667_000, 30_000) * (np.pi / 2)).astype(np.float32)
+    near = np.concatenate([near, np.nextafter(near, np.float32(np.inf)), np.nextafter(near, np.float32(-np.inf))])
+    x = np.concatenate([rng.uniform(-10, 10, 100_000), np.exp(rng.uniform(-69, np.log(2.0**20), 100_000)) * sign(100_000),
+                        near, np.exp(rng.uniform(np.log(2.0**20), 88, 20_000)) * sign(20_000),
+                        [0.0, -0.0, 1e-45, -1e-45, 2.0**20, -(2.0**20), 3.4028235e38, -3.4028235e38]])
+    x = x.astype(np.float32)
+    rng.shuffle(x)
+    # f(x0 + x1) with x1 = 0: the argument lies in the node's own buffer, which the result overwrites
+    pop = Population.from_expressions([f"{name}(x0)", f"{name}(x0 + x1)"], n_in=2)
+    y = pop.forward(torch.from_numpy(np.stack([x, np.zeros_like(x)], 1)))[:, :, 0].numpy()
+    err = _ulps(y, x, getattr(np, name))
+    fast = np.abs(x) <= 2.0**20
+    assert err[:, fast].max() <= 1.0  # measured 0.504: correctly rounded but for a few in 10^4
+    assert err[:, ~fast].max() <= 2.0  # the C library's (glibc tanf: up to 1.2 measured)
+
+
+def test_trig_of_non_finite_values():
+    # Population.forward rejects NaN and inf inputs; the op passes them on as NaN, as libm's sinf/cosf/tanf did
+    x = torch.tensor([[np.nan, np.inf, -np.inf, 1.0, np.nan]])
+    for name in ("sin", "cos", "tan"):
+        pop = Population.from_expressions([f"{name}(x0)"], n_in=1)
+        y = torch.ops.gprl.forward(*pop.tensors(), x, 1, pop.max_stack())[0, :, 0]
+        assert torch.isnan(y[[0, 1, 2, 4]]).all()
+        assert y[3] == torch.tensor(getattr(np, name)(1.0), dtype=torch.float32)
+
+
 def test_single_node_and_max_length_trees():
     pop = Population.from_expressions(["x0", "1.5", "x0*x1"], n_in=2, max_len=1024)
     X = torch.tensor([[2.0, 3.0]])
