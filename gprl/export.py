@@ -148,8 +148,9 @@ class _Printer(NumPyPrinter):
 _PROTECTED_SOURCE = "\n\n".join(inspect.getsource(f) for f in (F._np_pdiv, F._np_pinv, F._np_plog)).replace(
     "_np_pdiv", "pdiv").replace("_np_pinv", "pinv").replace("_np_plog", "plog").replace("np.", "numpy.")
 
-# Generated-module source: the C library's float32 transcendental functions (what the CPU kernels call), so
-# exported NumPy code is bit-identical to the kernels; float64 rounded once where no libm can be loaded.
+# Generated-module source: the C library's float32 transcendental functions, so exported NumPy code follows
+# the kernels' float32 arithmetic: equal to the CPU kernels except the last bit of a few sin/cos/tan values
+# (the kernels' own vectorised versions, kernels/trig_cpu.h); float64 rounded once where no libm loads.
 LIBM_SOURCE_LINES = [
     "def _libm_functions():",
     "    import ctypes, ctypes.util",
@@ -251,8 +252,8 @@ def numpy_source(exprs: Sequence[sympy.Expr], obs_names: Sequence[str], action_n
     lines += [f"META = {json.dumps(meta, sort_keys=True)!r}", "", "",
               "# protected functions: the exact semantics of gprl's kernels (gprl/functions.py)",
               _PROTECTED_SOURCE.strip(), "", "",
-              "# float32 transcendental functions: the C library's (what gprl's CPU kernels call), so act() is",
-              "# bit-identical to them; without a loadable libm, float64 rounded once (within an ulp)",
+              "# float32 transcendental functions: the C library's, so act() follows gprl's CPU kernels to the",
+              "# last bit of a few values; without a loadable libm, float64 rounded once (within an ulp)",
               "def _r(fn, a):", "    return fn(numpy.asarray(a, numpy.float64)).astype(numpy.float32)", "", "",
               *LIBM_SOURCE_LINES,
               "def _check(obs, dtype):", "    obs = numpy.asarray(obs, dtype=dtype)",
