@@ -37,6 +37,7 @@ except ImportError as err:  # an optional extra
 
 from . import functions as F
 from .algorithm import GeneticProgramming
+from .constants import tune_best
 from .datasets import check_features, check_targets
 from .objectives import ClassificationObjective, RegressionObjective
 from .population import unprotect
@@ -96,6 +97,10 @@ class _SymbolicBase(BaseEstimator):
         if self.target_loss is not None and not np.isfinite(float(self.target_loss)):
             raise ValueError(f"target_loss must be None or a finite number, got {self.target_loss!r}")
         F.function_weights(self.functions)
+        for name, low in (("optimize_constants", 0), ("optimize_every", 1), ("optimizer_iterations", 1)):
+            v = getattr(self, name, low)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
 
     def _check_X(self, X, fitting: bool) -> np.ndarray:
         names = [str(c) for c in X.columns] if hasattr(X, "columns") else None
@@ -167,8 +172,12 @@ class _SymbolicBase(BaseEstimator):
         pop = gp.init()
         watch = self.target_loss is not None or self.verbose or self.callback is not None
         self.n_generations_ = 0
+        n_tune = int(getattr(self, "optimize_constants", 0))
+        tune = (lambda pop, loss: tune_best(pop, loss, train, n_tune, int(self.optimizer_iterations)))
         for g in range(int(self.generations) + 1):
             loss = train(pop)
+            if n_tune and g % int(self.optimize_every) == 0:
+                pop, loss = tune(pop, loss)
             if g == int(self.generations):  # the last population is evaluated and archived, not varied
                 gp.archive.update(pop, loss)
                 break
@@ -188,6 +197,10 @@ class _SymbolicBase(BaseEstimator):
             self.n_generations_ = g + 1
         self.fit_seconds_ = time.monotonic() - start
         lengths, losses, trees = gp.archive.front()
+        if n_tune:  # the front's trees get tuned too: the final model is among them
+            trees, losses = tune_best(trees, losses, train, len(trees), int(self.optimizer_iterations))
+            gp.archive.update(trees, losses)
+            lengths, losses, trees = gp.archive.front()
         train_loss = losses.cpu().numpy().astype(np.float64)
         # the output bias/scale of each front tree (classifiers' linear scaling), fitted on the training rows
         coef = train.coefficients(trees) if hasattr(train, "coefficients") else None
@@ -323,6 +336,10 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicBase):
     linear_scaling: read each tree output f as the logit a + b * f, with the bias a and scale b fitted per tree
     (L2-regularised logistic regression on the device, ``gprl.scaling``) while evolving; they are part of
     the exported formula.
+    optimize_constants: every ``optimize_every`` generations the constants of this many of the best
+    distinct trees are fitted by ``optimizer_iterations`` Levenberg-Marquardt steps on the training loss
+    (``gprl.constants``; finite-difference Jacobians through the kernels) and written back into the
+    population; the final Pareto front's trees are fitted too. 0 (the default) turns it off.
 """)
     _task = "classification"
     _multi_target = False
@@ -334,9 +351,12 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicBase):
                  rates: dict[str, float] | None = None, parsimony: float = 0.0005, metric: str = "cross_entropy",
                  model_selection: str = "accuracy", target_loss: float | None = None,
                  time_limit: float | None = None, validation_fraction: float | None = None,
-                 standardize: bool = True, linear_scaling: bool = False, random_state=None,
+                 standardize: bool = True, linear_scaling: bool = False, optimize_constants: int = 0,
+                 optimize_every: int = 1, optimizer_iterations: int = 8, random_state=None,
                  device: str = "auto", callback: Callable | None = None, verbose: int = 0):
         self.linear_scaling = linear_scaling
+        self.optimize_constants, self.optimize_every = optimize_constants, optimize_every
+        self.optimizer_iterations = optimizer_iterations
         self.population_size, self.generations, self.functions = population_size, generations, functions
         self.const_prob, self.const_range, self.max_len, self.max_depth = const_prob, const_range, max_len, max_depth
         self.init_depth, self.tournament_size, self.elitism, self.rates = init_depth, tournament_size, elitism, rates
