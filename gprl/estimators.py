@@ -36,10 +36,11 @@ except ImportError as err:  # an optional extra
                       "pip install 'gprl[sr]'") from err
 
 from . import functions as F
-from .algorithm import GeneticProgramming
+from .algorithm import GeneticProgramming, _mix
+from .constants import tune_best
 from .datasets import check_features, check_targets
 from .objectives import ClassificationObjective, RegressionObjective
-from .population import unprotect
+from .population import Population, unprotect
 
 MODEL_SELECTIONS = ("best", "accuracy")
 
@@ -96,6 +97,11 @@ class _SymbolicBase(BaseEstimator):
         if self.target_loss is not None and not np.isfinite(float(self.target_loss)):
             raise ValueError(f"target_loss must be None or a finite number, got {self.target_loss!r}")
         F.function_weights(self.functions)
+        for name, low in (("optimize_constants", 0), ("optimize_every", 1), ("optimizer_iterations", 1),
+                          ("ensemble_size", 1)):
+            v = getattr(self, name, low)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
 
     def _check_X(self, X, fitting: bool) -> np.ndarray:
         names = [str(c) for c in X.columns] if hasattr(X, "columns") else None
@@ -157,62 +163,93 @@ class _SymbolicBase(BaseEstimator):
         Xs = self._transform(X)
         sub = (lambda a, r: None if a is None else a[r])
         train = make_objective(Xs[rows], targets[rows], sub(weight, rows), device)
-        gp = GeneticProgramming(
+        n_islands = int(getattr(self, "ensemble_size", 1))
+        # independent populations (islands without migration), evaluated together in one objective call;
+        # island 0 runs with the estimator's own seed, so ensemble_size=1 is the plain single run
+        gps = [GeneticProgramming(
             train.n_in, train.n_out, pop_size=int(self.population_size), max_len=self.max_len,
             functions=list(self.functions), init_depth=tuple(self.init_depth), max_depth=self.max_depth,
             tournament_size=self.tournament_size, elitism=self.elitism, parsimony=float(self.parsimony),
-            rates=self.rates, const_prob=self.const_prob, const_range=tuple(self.const_range), seed=seed,
-            device=device)
+            rates=self.rates, const_prob=self.const_prob, const_range=tuple(self.const_range),
+            seed=seed if k == 0 else _mix(seed, k), device=device) for k in range(n_islands)]
         start = time.monotonic()
-        pop = gp.init()
+        pops = [gp.init() for gp in gps]
         watch = self.target_loss is not None or self.verbose or self.callback is not None
         self.n_generations_ = 0
+        n_tune = int(getattr(self, "optimize_constants", 0))
+        tune = (lambda pop, loss: tune_best(pop, loss, train, n_tune, int(self.optimizer_iterations)))
+        P = int(self.population_size)
         for g in range(int(self.generations) + 1):
-            loss = train(pop)
-            if g == int(self.generations):  # the last population is evaluated and archived, not varied
-                gp.archive.update(pop, loss)
-                break
-            if watch:
-                best = float(loss.min())  # the one host sync of a watched generation
+            loss = train(pops[0] if n_islands == 1 else Population.cat(pops))
+            losses = list(loss.split(P))
+            if n_tune and g % int(self.optimize_every) == 0:
+                for k in range(n_islands):
+                    pops[k], losses[k] = tune(pops[k], losses[k])
+            last = g == int(self.generations)  # the last population is evaluated and archived, not varied
+            if not last and watch:
+                best = float(min(lo.min() for lo in losses))  # the one host sync of a watched generation
                 if self.verbose:
                     print(f"generation {g}: best loss {best:.6g} ({time.monotonic() - start:.1f} s)")
                 if self.callback is not None:
                     self.callback({"generation": g, "best_loss": best, "seconds": time.monotonic() - start})
-                if self.target_loss is not None and best <= float(self.target_loss):
-                    gp.archive.update(pop, loss)
-                    break
-            if self.time_limit is not None and time.monotonic() - start > float(self.time_limit):
-                gp.archive.update(pop, loss)
+                last = self.target_loss is not None and best <= float(self.target_loss)
+            last = last or (self.time_limit is not None and time.monotonic() - start > float(self.time_limit))
+            if last:
+                for gp, pop, lo in zip(gps, pops, losses):
+                    gp.archive.update(pop, lo)
                 break
-            pop = gp.step(pop, loss)
+            pops = [gp.step(pop, lo) for gp, pop, lo in zip(gps, pops, losses)]
             self.n_generations_ = g + 1
         self.fit_seconds_ = time.monotonic() - start
-        lengths, losses, trees = gp.archive.front()
-        train_loss = losses.cpu().numpy().astype(np.float64)
-        # the output bias/scale of each front tree (classifiers' linear scaling), fitted on the training rows
-        coef = train.coefficients(trees) if hasattr(train, "coefficients") else None
-        if val_rows is not None:
-            val = make_objective(Xs[val_rows], targets[val_rows], sub(weight, val_rows), device)
-            loss_used = (val(trees) if coef is None else val(trees, coef)).cpu().numpy().astype(np.float64)
-        else:
-            loss_used = train_loss
-        self._coef = None if coef is None else tuple(c.cpu().numpy() for c in coef)
-        self._front = trees.to("cpu")
-        complexity = lengths.cpu().numpy()
-        self.best_index_ = select_model(complexity, loss_used, self.model_selection)
+        val = None if val_rows is None else make_objective(Xs[val_rows], targets[val_rows], sub(weight, val_rows),
+                                                           device)
+        fronts, coefs, complexity, used, trained, island, chosen = [], [], [], [], [], [], []
+        for k, gp in enumerate(gps):
+            lengths, losses, trees = gp.archive.front()
+            if n_tune:  # the front's trees get tuned too: the final model is among them
+                trees, losses = tune_best(trees, losses, train, len(trees), int(self.optimizer_iterations))
+                gp.archive.update(trees, losses)
+                lengths, losses, trees = gp.archive.front()
+            train_loss = losses.cpu().numpy().astype(np.float64)
+            # the output bias/scale of each front tree (classifiers' linear scaling), fitted on the training rows
+            coef = train.coefficients(trees) if hasattr(train, "coefficients") else None
+            if val is not None:
+                loss_used = (val(trees) if coef is None else val(trees, coef)).cpu().numpy().astype(np.float64)
+            else:
+                loss_used = train_loss
+            cx = lengths.cpu().numpy()
+            chosen.append(sum(len(f) for f in fronts) + select_model(cx, loss_used, self.model_selection))
+            fronts.append(trees.to("cpu"))
+            coefs.append(None if coef is None else tuple(c.cpu().numpy() for c in coef))
+            complexity.append(cx)
+            used.append(loss_used)
+            trained.append(train_loss)
+            island.append(np.full(len(cx), k))
+        self._coef = None if coefs[0] is None else tuple(np.concatenate(c) for c in zip(*coefs))
+        self._front = Population.cat(fronts)
+        used_all = np.concatenate(used)
+        self.members_ = np.asarray(chosen)
+        # the best single formula of the model (the model itself when ensemble_size is 1)
+        self.best_index_ = int(self.members_[np.argmin(used_all[self.members_])])
         self._tree = self._front[self.best_index_]
-        self.equations_ = self._table(complexity, loss_used, train_loss if val_rows is not None else None)
+        self.equations_ = self._table(complexity, used, trained if val_rows is not None else None, island,
+                                      self.members_)
         self.device_ = str(device)
         return self
 
-    def _table(self, complexity, loss, train_loss):
+    def _table(self, complexity, loss, train_loss, island, members):
+        """The fronts (one per island, each shortest first) as a DataFrame; inputs are per-island lists."""
         import pandas as pd
 
         exprs = [self._expressions(i, protected=False) for i in range(len(self._front))]
         single = self._front.n_out == 1 and self._task == "regression" and not self._multi_target
-        cols = {"complexity": complexity.astype(int), "loss": loss, "score": pareto_scores(complexity, loss)}
+        cols = {"complexity": np.concatenate(complexity).astype(int), "loss": np.concatenate(loss),
+                "score": np.concatenate([pareto_scores(c, lo) for c, lo in zip(complexity, loss)])}
         if train_loss is not None:
-            cols["train_loss"] = train_loss
+            cols["train_loss"] = np.concatenate(train_loss)
+        if len(island) > 1:
+            cols["island"] = np.concatenate(island)
+            cols["member"] = np.isin(np.arange(len(cols["loss"])), members)
         cols["equation"] = [str(e[0]) if single else "; ".join(map(str, e)) for e in exprs]
         cols["sympy_format"] = [e[0] if single else e for e in exprs]
         return pd.DataFrame(cols)
@@ -230,14 +267,21 @@ class _SymbolicBase(BaseEstimator):
         return exprs if protected else [unprotect(e) for e in exprs]
 
     def _outputs(self, X) -> np.ndarray:
-        """The chosen model's outputs ``[D, n_out]`` for raw X (with its output scaling, if any)."""
+        """The model's outputs ``[D, n_out]`` for raw X (with its output scaling, if any): the mean over the
+        ensemble's members (the one chosen formula when ``ensemble_size`` is 1)."""
         check_is_fitted(self, "_tree")
         X = self._transform(self._check_X(X, fitting=False)).astype(np.float32)
         device = resolve_device(self.device)
-        out = self._tree.to(device).forward(torch.from_numpy(X).to(device))[0].cpu().numpy().astype(np.float64)
+        members = self._front[self.members_].to(device)
+        out = members.forward(torch.from_numpy(X).to(device)).cpu().numpy().astype(np.float64)  # [K, D, n_out]
         if self._coef is not None:
-            out = self._coef[0][self.best_index_] + self._coef[1][self.best_index_] * out
-        return out
+            out = self._coef[0][self.members_][:, None] + self._coef[1][self.members_][:, None] * out
+        return out.mean(axis=0)
+
+    def _model_expressions(self, protected: bool) -> list[sympy.Expr]:
+        """The model's formulas: the chosen one, or the mean of the ensemble members' formulas."""
+        per = [self._expressions(int(i), protected) for i in self.members_]
+        return per[0] if len(per) == 1 else [sympy.Add(*es) / len(per) for es in zip(*per)]
 
     def _pick(self, index: int | None) -> int:
         check_is_fitted(self, "_tree")
@@ -248,15 +292,21 @@ class _SymbolicBase(BaseEstimator):
         return int(index) % len(self._front)
 
     def sympy(self, index: int | None = None, protected: bool = False):
-        """The chosen formula (or row ``index`` of ``equations_``) as sympy; a list for several outputs.
+        """The model's formula (or row ``index`` of ``equations_``) as sympy; a list for several outputs.
 
         ``protected=True`` gives the exact kernel semantics (lambdify with
-        ``modules=[gprl.functions.NUMPY_FUNCTIONS, "numpy"]``), else the plain reading form."""
-        exprs = self._expressions(self._pick(index), protected)
+        ``modules=[gprl.functions.NUMPY_FUNCTIONS, "numpy"]``), else the plain reading form. With
+        ``ensemble_size > 1`` the model's formula is the mean of its members' (``members_``)."""
+        if index is None:
+            check_is_fitted(self, "_tree")
+            exprs = self._model_expressions(protected)
+        else:
+            exprs = self._expressions(self._pick(index), protected)
         return exprs[0] if len(exprs) == 1 else exprs
 
     def latex(self, index: int | None = None) -> str | list[str]:
-        exprs = self._expressions(self._pick(index), protected=False)
+        exprs = self.sympy(index)
+        exprs = exprs if isinstance(exprs, list) else [exprs]
         out = [sympy.latex(e) for e in exprs]
         return out[0] if len(out) == 1 else out
 
@@ -323,6 +373,15 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicBase):
     linear_scaling: read each tree output f as the logit a + b * f, with the bias a and scale b fitted per tree
     (L2-regularised logistic regression on the device, ``gprl.scaling``) while evolving; they are part of
     the exported formula.
+    optimize_constants: every ``optimize_every`` generations the constants of this many of the best
+    distinct trees are fitted by ``optimizer_iterations`` Levenberg-Marquardt steps on the training loss
+    (``gprl.constants``; finite-difference Jacobians through the kernels) and written back into the
+    population; the final Pareto front's trees are fitted too. 0 (the default) turns it off.
+    ensemble_size: evolve this many independent populations of ``population_size`` trees (islands without
+    migration, evaluated together), pick a formula from each island's front by ``model_selection``, and
+    average their logits: the model is the one formula ``(f_1 + ... + f_K) / K`` (``sympy()``; its members
+    are the ``equations_`` rows ``members_``, and ``best_index_`` is the member with the lowest loss). It
+    reduces the variance of the search (a different feature subset per run) at K times the cost.
 """)
     _task = "classification"
     _multi_target = False
@@ -334,9 +393,13 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicBase):
                  rates: dict[str, float] | None = None, parsimony: float = 0.0005, metric: str = "cross_entropy",
                  model_selection: str = "accuracy", target_loss: float | None = None,
                  time_limit: float | None = None, validation_fraction: float | None = None,
-                 standardize: bool = True, linear_scaling: bool = False, random_state=None,
+                 standardize: bool = True, linear_scaling: bool = False, ensemble_size: int = 1,
+                 optimize_constants: int = 0, optimize_every: int = 1, optimizer_iterations: int = 8,
+                 random_state=None,
                  device: str = "auto", callback: Callable | None = None, verbose: int = 0):
-        self.linear_scaling = linear_scaling
+        self.linear_scaling, self.ensemble_size = linear_scaling, ensemble_size
+        self.optimize_constants, self.optimize_every = optimize_constants, optimize_every
+        self.optimizer_iterations = optimizer_iterations
         self.population_size, self.generations, self.functions = population_size, generations, functions
         self.const_prob, self.const_range, self.max_len, self.max_depth = const_prob, const_range, max_len, max_depth
         self.init_depth, self.tournament_size, self.elitism, self.rates = init_depth, tournament_size, elitism, rates

@@ -117,6 +117,32 @@ class ClassificationObjective:
             return empty, empty
         return torch.cat([a for a, _ in fits]), torch.cat([b for _, b in fits])
 
+    def gauss_newton_terms(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gradient ``[P, D, M]`` and Hessian ``[P, D, M, M]`` (float64) of the cross-entropy with respect to
+        every tree's outputs ``out [P, D, M]``, row by row (for ``gprl.constants``: the Gauss–Newton matrix
+        of a tree's constants is ``J^T H J``). With ``scaling`` the outputs pass through their fitted bias
+        and scale, held fixed: at the fitted optimum that is still the exact gradient. For
+        ``metric="accuracy"`` these are the cross-entropy's, its smooth surrogate."""
+        z = out.double()
+        if self.scaling:
+            a, b = fit_logistic_scaling(out, self.y, self.w, self.ridge)
+            z = a[:, None] + b[:, None] * z
+        w = self.w.double()[None, :, None]
+        if self.n_out == 1:
+            p = torch.sigmoid(z)
+            g = (p - self.y.double()[None, :, None]) * w
+            h = (p * (1 - p) * w)[..., None]
+        else:
+            p = torch.softmax(z, -1)
+            onehot = torch.nn.functional.one_hot(self.y, self.n_out).double()[None]
+            g = (p - onehot) * w
+            h = (torch.diag_embed(p) - p[..., :, None] * p[..., None, :]) * w[..., None]
+        if self.scaling:  # d z / d out = b
+            g = g * b[:, None]
+            h = h * b[:, None, :, None] * b[:, None, None, :]
+        finite = torch.isfinite(z).all(-1, keepdim=True)
+        return torch.where(finite, g, 0.0), torch.where(finite[..., None], h, 0.0)
+
     def _loss(self, out: torch.Tensor, coef: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
         if coef is None and self.scaling:
             coef = fit_logistic_scaling(out, self.y, self.w, self.ridge)
