@@ -53,6 +53,19 @@ def main() -> None:
             per_op[f"{name}/max_depth={max_depth}"] = round(cuda_ms(lambda op=op, md=max_depth: ops.vary(
                 *pop.tensors(), *pop.tensors(), parent, donor, op, zeros, zeros, w, 4, 1, md, 4, 0.1, 0.1, 0.1,
                 0.2, -1.0, 1.0, 0.3, 0.3, 123)), 4)
+    # the step's own mix of operators and parameters, with random parents and with the tournament's winners
+    p = gp.params
+    lo, hi = (float(c) for c in p.const_range)
+    step_args = (w, 4, 1, int(p.max_depth), int(p.subtree_depth), float(p.crossover_leaf_prob), float(p.multi_prob),
+                 float(p.const_sigma), float(p.const_prob), lo, hi, float(p.output_prob), p.grow_leaf_prob(4), 123)
+    mix = gp._op_codes[torch.searchsorted(gp._op_cdf, torch.rand(P, device=dev), right=True)]
+    winners = ops.tournament(fit, P, gp.tournament_size, 7), ops.tournament(fit, P, gp.tournament_size, 8)
+    xo = torch.full((P,), OPS["crossover"], dtype=torch.int32, device=dev)
+    mixes = {}
+    for ops_name, opv in (("crossover", xo), ("step_mix", mix), ("step_mix_grouped", mix.sort().values)):
+        for par_name, (pa, da) in (("random", (parent, donor)), ("tournament", winners)):
+            mixes[f"{ops_name}/{par_name}_parents"] = round(cuda_ms(lambda opv=opv, pa=pa, da=da: ops.vary(
+                *pop.tensors(), *pop.tensors(), pa, da, opv, zeros, zeros, *step_args)), 4)
     walls, hosts = [], []
     for _ in range(20):
         torch.cuda.synchronize()
@@ -62,8 +75,22 @@ def main() -> None:
         torch.cuda.synchronize()
         walls.append(time.perf_counter() - t0)
     print(json.dumps({"device": torch.cuda.get_device_name(), "P": P, "max_len": a.max_len,
-                      "mean_len": float(pop.lengths().float().mean()), "vary_kernel_ms": per_op,
-                      "step_wall_ms": 1e3 * sorted(walls)[10], "step_host_ms": 1e3 * sorted(hosts)[10]}, indent=1))
+                      "mean_len": float(pop.lengths().float().mean()), "vary_kernel_ms": per_op, "vary_kernel_mix_ms": mixes,
+                      "step_wall_ms": 1e3 * sorted(walls)[10], "step_host_ms": 1e3 * sorted(hosts)[10],
+                      "step_kernels": step_kernels(gp, pop, fit)}, indent=1))
+
+
+def step_kernels(gp, pop, fit, steps: int = 10) -> list[dict]:
+    """Every GPU kernel and copy of a generation step (mean microseconds and launches per step), longest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            gp.step(pop, fit)
+        torch.cuda.synchronize()
+    rows = [{"kernel": e.key[:90], "us": round(e.device_time_total / steps, 1), "calls": e.count / steps}
+            for e in prof.key_averages() if e.device_time_total > 0]
+    return sorted(rows, key=lambda r: -r["us"])
 
 
 if __name__ == "__main__":

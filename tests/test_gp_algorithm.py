@@ -112,21 +112,22 @@ def test_reference_helpers_agree_with_population_sizes():
 
 
 def test_pagie1_regression():
-    # Pagie-1 on the 26x26 grid of [-5, 5]^2; established on the CPU: best MSEs 0.188, 0.0066, 0.032 for
-    # seeds 0-2 (pop 1000, 50 generations). Guard: the median and the best stay within reach of that.
+    # Pagie-1 on the 26x26 grid of [-5, 5]^2, pop 1000, 50 generations; established on the CPU for seeds 0-19:
+    # 9 of 20 runs end below 0.05 (the best at 0.0), the rest on plateaus near 0.06-0.23 (0.2296 is the
+    # best run-of-the-mill formula). Over seeds 20-59 the same code gets 27 of 40 below 0.05. Guard: the
+    # share of good runs and the best stay within reach of that.
     g = torch.linspace(-5, 5, 26)
     X = torch.cartesian_prod(g, g)
     y = 1 / (1 + X[:, 0] ** -4) + 1 / (1 + X[:, 1] ** -4)
     best = []
-    for seed in range(3):
+    for seed in range(20):
         gp = GeneticProgramming(2, pop_size=1000, max_len=64, max_depth=12, const_prob=0.1, seed=seed,
                                 functions=["add", "sub", "mul", "div", "inv"])
         pop = gp.init()
         for _ in range(50):
             pop = gp.step(pop, pop.fitness(X, y))
         best.append(gp.archive.best()[0])
-    best.sort()
-    assert best[1] < 0.05 and best[0] < 0.01, best
+    assert sum(b < 0.05 for b in best) >= 6 and min(best) < 0.01, sorted(best)
 
 
 def reference_archive_update(archive, population, loss):
