@@ -54,13 +54,13 @@ for K in 1 $KS; do
   tail -n 3 "$OUT/train_k$K.log"
 done
 
-python3 - "$OUT" "$RUNS" "$MEASURED" "$POP" "$LENGTH" <<'PY' 2>&1 | tee -a "$OUT/report.txt"
+python3 - "$OUT" "$RUNS" "$MEASURED" "$POP" "$LENGTH" "$*" <<'PY' 2>&1 | tee -a "$OUT/report.txt"
 import json, pathlib, statistics, sys
 import torch
-out, runs, measured, pop, length = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), *map(int, sys.argv[3:])
+out, runs, measured, pop, length = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), *map(int, sys.argv[3:6])
 res = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
        "gpus": torch.cuda.device_count(), "population_size": pop,
-       "episode_length": length, "measured_generations": measured, "runs": {}, "speedup": {}, "identical": {}}
+       "episode_length": length, "overrides": sys.argv[6], "measured_generations": measured, "runs": {}, "speedup": {}, "identical": {}}
 final = {}
 for d in sorted(runs.glob("k*"), key=lambda p: int(p.name[1:])):
     k = int(d.name[1:])
