@@ -376,12 +376,16 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicBase):
     optimize_constants: every ``optimize_every`` generations the constants of this many of the best
     distinct trees are fitted by ``optimizer_iterations`` Levenberg-Marquardt steps on the training loss
     (``gprl.constants``; finite-difference Jacobians through the kernels) and written back into the
-    population; the final Pareto front's trees are fitted too. 0 (the default) turns it off.
+    population; the final Pareto front's trees are fitted too. 0 (the default) turns it off: on wine and
+    breast_cancer (75/25 splits) fitting 20 trees every 10 generations lowered held-out accuracy by 1-2.5
+    points (the fitted constants overfit 130-430 training rows; H100, split seeds 0-4).
     ensemble_size: evolve this many independent populations of ``population_size`` trees (islands without
     migration, evaluated together), pick a formula from each island's front by ``model_selection``, and
     average their logits: the model is the one formula ``(f_1 + ... + f_K) / K`` (``sympy()``; its members
     are the ``equations_`` rows ``members_``, and ``best_index_`` is the member with the lowest loss). It
-    reduces the variance of the search (a different feature subset per run) at K times the cost.
+    reduces the variance of the search (a different feature subset per run) at K times the cost. With
+    ``validation_fraction=0.2`` each island picks its member on the held-out rows: the setting behind the
+    README's breast_cancer and wine figures.
 """)
     _task = "classification"
     _multi_target = False

@@ -50,7 +50,7 @@ def feynman(args) -> dict:
 def classification(name: str, args) -> dict:
     runs = []
     options = {"ensemble_size": args.cls_ensemble, **json.loads(args.cls_options)}
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         data = gprl.datasets.load(name, seed=seed)
         model = gprl.SymbolicClassifier(population_size=args.cls_population, generations=args.cls_generations,
                                         random_state=seed, device=args.device, **options)
@@ -79,7 +79,8 @@ def main() -> None:
     p.add_argument("--cls-population", type=int, default=5000)
     p.add_argument("--cls-generations", type=int, default=200)
     p.add_argument("--cls-ensemble", type=int, default=1, help="SymbolicClassifier ensemble_size")
-    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--seeds", type=int, default=5, help="number of train/test splits (and estimator seeds)")
+    p.add_argument("--first-seed", type=int, default=0, help="splits first-seed ... first-seed + seeds - 1")
     p.add_argument("--cls-options", default="{}", help="JSON of extra SymbolicClassifier parameters")
     p.add_argument("--only", nargs="+", default=["feynman", "breast_cancer", "wine"])
     args = p.parse_args()
