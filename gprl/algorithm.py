@@ -139,7 +139,15 @@ class GeneticProgramming:
         self._op_cdf = torch.tensor(np.cumsum([rates[k] for k in names]), dtype=torch.float32,
                                     device=self.device)
         self._zeros = torch.zeros(self.pop_size, dtype=torch.int32, device=self.device)
-        self._child_u = None  # t / n for the n children of a step (_operators)
+        n = self.pop_size - self.elitism  # elites: u = 2, past every rate, i.e. copies
+        self._child_u = torch.cat([torch.full((self.elitism,), 2.0), torch.arange(n) / max(n, 1)]).to(
+            device=self.device, dtype=torch.float32)
+        p = self.params
+        self._vary_args = (  # every argument of gprl::vary after the exchange points, but the seed
+            _weights_tensor(p, self.device), n_in, n_out, int(p.max_depth), int(p.subtree_depth),
+            -1.0 if p.crossover_leaf_prob is None else float(p.crossover_leaf_prob), float(p.multi_prob),
+            float(p.const_sigma), float(p.const_prob), *(float(c) for c in p.const_range), float(p.output_prob),
+            p.grow_leaf_prob(n_in))
 
     def init(self) -> Population:
         """A random initial population (``init_method`` over depths ``init_depth``)."""
@@ -150,17 +158,16 @@ class GeneticProgramming:
                                  const_range=(lo, hi), output_prob=self.params.output_prob,
                                  seed=_mix(self.seed, 0xA11CE), device=self.device)
 
-    def _operators(self, n: int, generation: int) -> torch.Tensor:
-        """The operator of each of ``n`` children: systematic sampling of ``rates`` (child t takes the operator
-        whose cumulative-rate interval holds (t + phase) / n, phase uniform in [0, 1) per generation), so every
-        operator makes floor or ceil of rate * n children, rate * n on average. Parents are drawn per child
-        independently of t, so the grouping by operator costs nothing in randomness; it makes neighbouring
-        warps of the vary kernel run the same operator's code (mixed in random order, the kernel ran 2.4x
-        slower than any single operator: H100, P = 100,000)."""
-        if self._child_u is None or len(self._child_u) != n:
-            self._child_u = torch.arange(n, dtype=torch.float32, device=self.device) / n
+    def _operators(self, generation: int) -> torch.Tensor:
+        """The operator of each child: copy for the elites, then systematic sampling of ``rates`` over the
+        n others (child t takes the operator whose cumulative-rate interval holds (t + phase) / n, phase
+        uniform in [0, 1) per generation), so every operator makes floor or ceil of rate * n children, rate * n
+        on average. Parents are drawn per child independently of t, so grouping the children by operator costs
+        no randomness; it makes neighbouring warps of the vary kernel run the same operator's code (mixed in
+        random order the kernel ran 2.4x slower than any single operator: H100, P = 100,000)."""
         phase = (_mix(self.seed, generation, 3) >> 9) / 2.0 ** 53  # _mix gives 62 bits: 53 of them
-        return self._op_codes[torch.searchsorted(self._op_cdf, self._child_u + phase / n, right=True)]
+        n = self.pop_size - self.elitism
+        return self._op_codes[torch.searchsorted(self._op_cdf, self._child_u + phase / max(n, 1), right=True)]
 
     def _select(self, loss: torch.Tensor, errors: torch.Tensor | None, n: int, seed: int) -> torch.Tensor:
         if self.selection == "tournament":  # the fused op on the already sanitised loss: one launch
@@ -199,21 +206,13 @@ class GeneticProgramming:
         sel_loss = S.with_parsimony(loss, population.lengths(), self.parsimony) if self.parsimony else loss
         n_kids = self.pop_size - self.elitism
         elites = torch.argsort(loss, stable=True)[: self.elitism]
-        parent = self._select(sel_loss, errors, n_kids, _mix(self.seed, g, 1))
-        donor = self._select(sel_loss, errors, n_kids, _mix(self.seed, g, 2))
-        op = self._operators(n_kids, g)
-        parent = torch.cat([elites, parent])
-        donor = torch.cat([elites, donor])
-        zeros = self._zeros  # elites are copies (op 0); the exchange points are unused
-        op = torch.cat([zeros[: self.elitism], op])
-        p = self.params
-        lo, hi = (float(c) for c in p.const_range)
-        xo = -1.0 if p.crossover_leaf_prob is None else float(p.crossover_leaf_prob)
-        tensors = ops.vary(
-            *population.tensors(), *population.tensors(), parent, donor, op, zeros, zeros,
-            _weights_tensor(p, self.device), self.n_in, self.n_out, int(p.max_depth), int(p.subtree_depth), xo,
-            float(p.multi_prob), float(p.const_sigma), float(p.const_prob), lo, hi, float(p.output_prob),
-            p.grow_leaf_prob(self.n_in), _mix(self.seed, g, 4))
+        # every child's parent and donor from one selection call; elites are copies of themselves
+        picks = self._select(sel_loss, errors, 2 * n_kids, _mix(self.seed, g, 1))
+        pairs = torch.cat([elites, picks[:n_kids], elites, picks[n_kids:]])
+        parent, donor = pairs[: self.pop_size], pairs[self.pop_size:]
+        zeros = self._zeros  # the exchange points (unused by these operators)
+        tensors = ops.vary(*population.tensors(), *population.tensors(), parent, donor, self._operators(g), zeros,
+                           zeros, *self._vary_args, _mix(self.seed, g, 4))
         # archived after the vary launch is queued: the GPU runs it while the host queues the archive's ops
         self.archive.update(population, loss)
         self.generation += 1

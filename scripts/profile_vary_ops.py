@@ -54,10 +54,7 @@ def main() -> None:
                 *pop.tensors(), *pop.tensors(), parent, donor, op, zeros, zeros, w, 4, 1, md, 4, 0.1, 0.1, 0.1,
                 0.2, -1.0, 1.0, 0.3, 0.3, 123)), 4)
     # the step's own mix of operators and parameters, with random parents and with the tournament's winners
-    p = gp.params
-    lo, hi = (float(c) for c in p.const_range)
-    step_args = (w, 4, 1, int(p.max_depth), int(p.subtree_depth), float(p.crossover_leaf_prob), float(p.multi_prob),
-                 float(p.const_sigma), float(p.const_prob), lo, hi, float(p.output_prob), p.grow_leaf_prob(4), 123)
+    step_args = (*gp._vary_args, 123)
     mix = gp._op_codes[torch.searchsorted(gp._op_cdf, torch.rand(P, device=dev), right=True)]
     winners = ops.tournament(fit, P, gp.tournament_size, 7), ops.tournament(fit, P, gp.tournament_size, 8)
     xo = torch.full((P,), OPS["crossover"], dtype=torch.int32, device=dev)
@@ -77,7 +74,21 @@ def main() -> None:
     print(json.dumps({"device": torch.cuda.get_device_name(), "P": P, "max_len": a.max_len,
                       "mean_len": float(pop.lengths().float().mean()), "vary_kernel_ms": per_op, "vary_kernel_mix_ms": mixes,
                       "step_wall_ms": 1e3 * sorted(walls)[10], "step_host_ms": 1e3 * sorted(hosts)[10],
-                      "step_kernels": step_kernels(gp, pop, fit)}, indent=1))
+                      "step_kernels": step_kernels(gp, pop, fit), "step_host_ops": step_host_ops(gp, pop, fit)},
+                     indent=1))
+
+
+def step_host_ops(gp, pop, fit, steps: int = 20) -> list[dict]:
+    """The host's share of a step: the torch and gprl ops it calls (mean self microseconds a step), longest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            gp.step(pop, fit)
+    torch.cuda.synchronize()
+    rows = [{"op": e.key[:60], "self_us": round(e.self_cpu_time_total / steps, 1), "calls": e.count / steps}
+            for e in prof.key_averages() if e.self_cpu_time_total > 0]
+    return sorted(rows, key=lambda r: -r["self_us"])[:20]
 
 
 def step_kernels(gp, pop, fit, steps: int = 10) -> list[dict]:
