@@ -77,8 +77,9 @@ class ParetoArchive:
 class GeneticProgramming:
     """Generational tree GP with a configurable operator mix; see the module docstring.
 
-    ``rates`` maps ``gprl.variation.OPS`` names to the probability that a child is made by that operator;
-    they must sum to <= 1 and the rest of the children are plain copies (reproduction). ``selection`` is one
+    ``rates`` maps ``gprl.variation.OPS`` names to the share of children made by that operator (floor or
+    ceil of rate * children each generation, rate * children on average); they must sum to <= 1 and the rest
+    of the children are plain copies (reproduction). ``selection`` is one
     of ``gprl.selection.SELECTIONS``; "lexicase" needs per-case ``errors`` in ``step``. ``parsimony`` adds
     ``parsimony * length`` to the loss seen by selection (not by elitism or the archive). ``max_depth``
     (<= 64, 0: none) and ``max_len`` bound every child; variation that would exceed them keeps the parent.
@@ -132,7 +133,7 @@ class GeneticProgramming:
         self.seed = _seed_from(seed)
         self.generation = 0
         self.archive = ParetoArchive(n_in, n_out, max_len, self.device)
-        # operator per child: searchsorted of a uniform in the cumulative rates (the tail is "copy")
+        # operator per child (_operators): searchsorted of t / n plus a phase in the cumulative rates (tail: copy)
         names = [k for k, r in rates.items() if r > 0]
         self._op_codes = torch.tensor([OPS[k] for k in names] + [OPS["copy"]], dtype=torch.int32,
                                       device=self.device)
