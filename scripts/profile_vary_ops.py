@@ -72,36 +72,26 @@ def main() -> None:
         torch.cuda.synchronize()
         walls.append(time.perf_counter() - t0)
     print(json.dumps({"device": torch.cuda.get_device_name(), "P": P, "max_len": a.max_len,
-                      "mean_len": float(pop.lengths().float().mean()), "vary_kernel_ms": per_op, "vary_kernel_mix_ms": mixes,
+                      "mean_len": float(pop.lengths().float().mean()), "vary_kernel_ms": per_op,
+                      "vary_kernel_mix_ms": mixes,
                       "step_wall_ms": 1e3 * sorted(walls)[10], "step_host_ms": 1e3 * sorted(hosts)[10],
-                      "step_kernels": step_kernels(gp, pop, fit), "step_host_ops": step_host_ops(gp, pop, fit)},
+                      "step_kernels": profile_steps(gp, pop, fit, device=True),
+                      "step_host_ops": profile_steps(gp, pop, fit, device=False)},
                      indent=1))
 
 
-def step_host_ops(gp, pop, fit, steps: int = 20) -> list[dict]:
-    """The host's share of a step: the torch and gprl ops it calls (mean self microseconds a step), longest first."""
+def profile_steps(gp, pop, fit, device: bool, steps: int = 10) -> list[dict]:
+    """A generation step's GPU kernels and copies (``device``: mean microseconds and launches a step) or the
+    host's share of it (the torch and gprl ops it calls, mean self microseconds a step), longest first."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(steps):
-            gp.step(pop, fit)
-    torch.cuda.synchronize()
-    rows = [{"op": e.key[:60], "self_us": round(e.self_cpu_time_total / steps, 1), "calls": e.count / steps}
-            for e in prof.key_averages() if e.self_cpu_time_total > 0]
-    return sorted(rows, key=lambda r: -r["self_us"])[:20]
-
-
-def step_kernels(gp, pop, fit, steps: int = 10) -> list[dict]:
-    """Every GPU kernel and copy of a generation step (mean microseconds and launches per step), longest first."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CUDA if device else ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
             gp.step(pop, fit)
         torch.cuda.synchronize()
-    rows = [{"kernel": e.key[:90], "us": round(e.device_time_total / steps, 1), "calls": e.count / steps}
-            for e in prof.key_averages() if e.device_time_total > 0]
-    return sorted(rows, key=lambda r: -r["us"])
+    rows = [{"name": e.key[:90], "us": round((e.device_time_total if device else e.self_cpu_time_total) / steps, 1),
+             "calls": e.count / steps} for e in prof.key_averages()]
+    return sorted([r for r in rows if r["us"] > 0], key=lambda r: -r["us"])[:25]
 
 
 if __name__ == "__main__":
