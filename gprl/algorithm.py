@@ -93,7 +93,8 @@ class GeneticProgramming:
                  maximize: bool = False, rates: dict[str, float] | None = None,
                  crossover_leaf_prob: float | None = 0.1, subtree_depth: int = 4, multi_prob: float = 0.1,
                  const_sigma: float = 0.1, const_prob: float = 0.2, const_range: tuple[float, float] = (-1.0, 1.0),
-                 output_prob: float = 0.3, seed: int | torch.Generator | None = 0, device=None):
+                 output_prob: float = 0.3, islands: int = 1, migration_interval: int = 10, migrants: int = 1,
+                 seed: int | torch.Generator | None = 0, device=None):
         if isinstance(pop_size, bool) or not isinstance(pop_size, (int, np.integer)) or pop_size < 1:
             raise ValueError(f"pop_size must be an integer >= 1, got {pop_size!r}")
         if isinstance(tournament_size, bool) or not isinstance(tournament_size, (int, np.integer)) \
@@ -103,6 +104,14 @@ class GeneticProgramming:
             raise ValueError(f"selection must be one of {list(S.SELECTIONS)}, got {selection!r}")
         if isinstance(elitism, bool) or not isinstance(elitism, (int, np.integer)) or not 0 <= elitism <= pop_size:
             raise ValueError(f"elitism must be an integer in 0..pop_size ({pop_size}), got {elitism!r}")
+        for name, v in (("islands", islands), ("migration_interval", migration_interval), ("migrants", migrants)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < (0 if name == "migrants" else 1):
+                raise ValueError(f"{name} must be an integer >= {0 if name == 'migrants' else 1}, got {v!r}")
+        if pop_size % islands:
+            raise ValueError(f"pop_size ({pop_size}) must be a multiple of islands ({islands})")
+        if islands > 1 and elitism + migrants > pop_size // islands:
+            raise ValueError(f"elitism + migrants ({elitism} + {migrants}) must fit an island of "
+                             f"{pop_size // islands} trees; lower them or use fewer islands")
         if init_method not in METHODS:
             raise ValueError(f"init_method must be one of {list(METHODS)}, got {init_method!r}")
         if not (isinstance(init_depth, (tuple, list)) and len(init_depth) == 2 and 0 <= init_depth[0] <= init_depth[1]
@@ -125,6 +134,8 @@ class GeneticProgramming:
         self.lexicase_epsilon, self.elitism, self.parsimony, self.maximize = lexicase_epsilon, int(elitism), \
             float(parsimony), bool(maximize)
         self.rates = rates
+        self.islands, self.migration_interval = int(islands), int(migration_interval)
+        self.migrants = int(migrants) if islands > 1 else 0
         self.params = VariationParams(functions=functions, max_depth=max_depth, subtree_depth=subtree_depth,
                                       crossover_leaf_prob=crossover_leaf_prob, multi_prob=multi_prob,
                                       const_sigma=const_sigma, const_prob=const_prob, const_range=tuple(const_range),
@@ -140,9 +151,7 @@ class GeneticProgramming:
         self._op_cdf = torch.tensor(np.cumsum([rates[k] for k in names]), dtype=torch.float32,
                                     device=self.device)
         self._zeros = torch.zeros(self.pop_size, dtype=torch.int32, device=self.device)
-        n = self.pop_size - self.elitism  # elites: u = 2, past every rate, i.e. copies
-        self._child_u = torch.cat([torch.full((self.elitism,), 2.0), torch.arange(n) / max(n, 1)]).to(
-            device=self.device, dtype=torch.float32)
+        self._child_u: dict[int, torch.Tensor] = {}  # copies per island -> u of every child (_operators)
         p = self.params
         self._vary_args = (  # every argument of gprl::vary after the exchange points, but the seed
             _weights_tensor(p, self.device), n_in, n_out, int(p.max_depth), int(p.subtree_depth),
@@ -159,16 +168,21 @@ class GeneticProgramming:
                                  const_range=(lo, hi), output_prob=self.params.output_prob,
                                  seed=_mix(self.seed, 0xA11CE), device=self.device)
 
-    def _operators(self, generation: int) -> torch.Tensor:
-        """The operator of each child: copy for the elites, then systematic sampling of ``rates`` over the
-        n others (child t takes the operator whose cumulative-rate interval holds (t + phase) / n, phase
-        uniform in [0, 1) per generation), so every operator makes floor or ceil of rate * n children, rate * n
-        on average. Parents are drawn per child independently of t, so grouping the children by operator costs
-        no randomness; it makes neighbouring warps of the vary kernel run the same operator's code (mixed in
-        random order the kernel ran 2.4x slower than any single operator: H100, P = 100,000)."""
+    def _operators(self, generation: int, copies: int) -> torch.Tensor:
+        """The operator of each child: copy for the first ``copies`` children of every island (elites and
+        migrants), then systematic sampling of ``rates`` over the island's n others (child t takes the operator
+        whose cumulative-rate interval holds (t + phase) / n, phase uniform in [0, 1) per generation), so every
+        operator makes floor or ceil of rate * n children, rate * n on average. Parents are drawn per child
+        independently of t, so grouping the children by operator costs no randomness; it makes neighbouring
+        warps of the vary kernel run the same operator's code (mixed in random order the kernel ran 2.4x
+        slower than any single operator: H100, P = 100,000)."""
+        n = self.pop_size // self.islands - copies
+        if copies not in self._child_u:  # copies get u = 2, past every rate
+            one = torch.cat([torch.full((copies,), 2.0), torch.arange(n) / max(n, 1)])
+            self._child_u[copies] = one.repeat(self.islands).to(device=self.device, dtype=torch.float32)
         phase = (_mix(self.seed, generation, 3) >> 9) / 2.0 ** 53  # _mix gives 62 bits: 53 of them
-        n = self.pop_size - self.elitism
-        return self._op_codes[torch.searchsorted(self._op_cdf, self._child_u + phase / max(n, 1), right=True)]
+        u = self._child_u[copies] + phase / max(n, 1)
+        return self._op_codes[torch.searchsorted(self._op_cdf, u, right=True)]
 
     def _select(self, loss: torch.Tensor, errors: torch.Tensor | None, n: int, seed: int) -> torch.Tensor:
         if self.selection == "tournament":  # the fused op on the already sanitised loss: one launch
@@ -202,18 +216,33 @@ class GeneticProgramming:
             raise ValueError(f"lexicase selection needs errors [P={P}, n_cases] in step(population, fitness, errors)")
         if self.elitism > P:
             raise ValueError(f"elitism={self.elitism} exceeds the population size {P}")
+        if self.islands > 1 and P != self.pop_size:
+            raise ValueError(f"with islands the population must have pop_size ({self.pop_size}) trees, got {P}")
         g = self.generation
         loss = S.loss_of(fitness, self.maximize)
         sel_loss = S.with_parsimony(loss, population.lengths(), self.parsimony) if self.parsimony else loss
-        n_kids = self.pop_size - self.elitism
-        elites = torch.argsort(loss, stable=True)[: self.elitism]
-        # every child's parent and donor from one selection call; elites are copies of themselves
-        picks = self._select(sel_loss, errors, 2 * n_kids, _mix(self.seed, g, 1))
-        pairs = torch.cat([elites, picks[:n_kids], elites, picks[n_kids:]])
-        parent, donor = pairs[: self.pop_size], pairs[self.pop_size:]
+        I, e = self.islands, self.elitism
+        m = self.migrants if g > 0 and g % self.migration_interval == 0 else 0
+        S_in, S_out = P // I, self.pop_size // I  # trees per island, before and after
+        n_kids = S_out - e - m
+        # every island: its elites, the best `m` of the island before it (a ring), and children whose parent
+        # and donor come from one selection call over the island
+        offsets = torch.arange(0, P, S_in, device=self.device)[:, None]
+        best = torch.argsort(loss.view(I, S_in), dim=1, stable=True)[:, : max(e, m)] + offsets
+        parents, donors = [], []
+        for i in range(I):
+            rows = slice(i * S_in, (i + 1) * S_in)
+            seed = _mix(self.seed, g, 1) if i == 0 else _mix(self.seed, g, 1, i)
+            picks = self._select(sel_loss[rows], None if errors is None else errors[rows], 2 * n_kids, seed)
+            if I > 1:
+                picks = picks + i * S_in
+            kept = torch.cat([best[i, :e], best[i - 1, :m]])  # best[-1]: the last island
+            parents += [kept, picks[:n_kids]]
+            donors += [kept, picks[n_kids:]]
+        parent, donor = torch.cat(parents + donors).split(self.pop_size)
         zeros = self._zeros  # the exchange points (unused by these operators)
-        tensors = ops.vary(*population.tensors(), *population.tensors(), parent, donor, self._operators(g), zeros,
-                           zeros, *self._vary_args, _mix(self.seed, g, 4))
+        tensors = ops.vary(*population.tensors(), *population.tensors(), parent, donor, self._operators(g, e + m),
+                           zeros, zeros, *self._vary_args, _mix(self.seed, g, 4))
         # archived after the vary launch is queued: the GPU runs it while the host queues the archive's ops
         self.archive.update(population, loss)
         self.generation += 1

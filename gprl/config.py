@@ -41,6 +41,9 @@ class GPSchema:
     tournament_size: int = 5
     elitism: int = 10
     parsimony: float = 0.0
+    islands: int = 1
+    migration_interval: int = 10
+    migrants: int = 1
     rates: dict[str, float] = field(default_factory=dict)
     crossover_leaf_prob: float | None = 0.1
     subtree_depth: int = 4

@@ -96,7 +96,9 @@ def make_gp(gp: dict[str, Any], task: Task, seed: int) -> GeneticProgramming:
         crossover_leaf_prob=gp.get("crossover_leaf_prob"), subtree_depth=int(gp["subtree_depth"]),
         multi_prob=float(gp["multi_prob"]), const_sigma=float(gp["const_sigma"]),
         const_prob=float(gp["const_prob"]), const_range=tuple(gp["const_range"]),
-        output_prob=float(gp["output_prob"]), seed=seed, device=getattr(task, "device", None))
+        output_prob=float(gp["output_prob"]), islands=int(gp["islands"]),
+        migration_interval=int(gp["migration_interval"]), migrants=int(gp["migrants"]), seed=seed,
+        device=getattr(task, "device", None))
 
 
 def _check_positive(name: str, value, allow_none: bool = True) -> None:
@@ -136,6 +138,10 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
     if every < 1:
         raise ValueError(f"checkpoint_every must be >= 1, got {every}")
     pop_size = int(gp_cfg["population_size"])
+    islands = gp_cfg.get("islands", 1)
+    if isinstance(islands, int) and islands >= 1 and pop_size % islands:
+        raise ValueError(f"gp.population_size ({pop_size}) must be a multiple of gp.islands ({islands}); "
+                         "change one of them")
 
     dist = distributed.init(cfg)  # world size 1 (every collective a no-op) without torchrun
     if (cfg.get("dist") or {}).get("shard", "population") == "population" or uses_env(cfg):

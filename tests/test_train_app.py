@@ -190,6 +190,7 @@ def test_resume_of_another_task_fails_and_leaves_the_run(short_run, tmp_path):
     ("env.backend=bullet", "unknown backend 'bullet'; choose one of ['auto', 'gymnasium', 'mujoco', 'brax'"),
     ("gp.max_len=long", "Value 'long' of type 'str' could not be converted to Integer"),
     ("gp.population_size=-3", "gp.population_size must be a positive number"),
+    ("gp.islands=7", "must be a multiple of gp.islands (7)"),
     ("wandb.mode=sometimes", "wandb.mode must be one of ['online', 'offline', 'disabled']"),
     ("resume=/nonexistent/run", "does not exist"),
 ])

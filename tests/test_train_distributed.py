@@ -155,6 +155,13 @@ def test_sr_population_shards_match_one_process_and_data_shards_are_close(tmp_pa
     assert (tmp_path / "rows" / "model.py").exists()
 
 
+def test_island_model_runs_the_same_over_two_processes(tmp_path):
+    islands = [*SR, "gp.islands=4", "gp.migration_interval=2", "gp.migrants=2"]
+    run_train(tmp_path, "one", *islands)
+    torchrun(tmp_path, "two", 2, *islands)
+    assert_same_run(tmp_path / "one", tmp_path / "two")
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["gp.population_size=1", "gp.elitism=1"],
      "gp.population_size=1 is smaller than the number of processes (2)"),
