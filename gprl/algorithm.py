@@ -83,6 +83,9 @@ class GeneticProgramming:
     of ``gprl.selection.SELECTIONS``; "lexicase" needs per-case ``errors`` in ``step``. ``parsimony`` adds
     ``parsimony * length`` to the loss seen by selection (not by elitism or the archive). ``max_depth``
     (<= 64, 0: none) and ``max_len`` bound every child; variation that would exceed them keeps the parent.
+    ``islands`` > 1: an island model; the population is that many consecutive blocks that select only among
+    themselves, each keeping its own ``elitism`` best trees, and every ``migration_interval`` generations the
+    ``migrants`` best trees of each island are copied into the next island (a ring) in place of children.
     """
 
     def __init__(self, n_in: int, n_out: int = 1, *, pop_size: int = 1000, max_len: int = 64,
