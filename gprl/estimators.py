@@ -326,11 +326,19 @@ _DOC_PARAMS = """
     rows held out to measure the front and choose the model. standardize: z-score the features (folded into
     the formulas). random_state: int for reproducible runs. device: "auto", "cpu", "cuda", ...
     callback: called each generation with {"generation", "best_loss", "seconds"}. verbose: print progress.
+    optimize_constants: every ``optimize_every`` generations the constants of this many of the best
+    distinct trees are fitted by ``optimizer_iterations`` Levenberg-Marquardt steps on the training loss
+    (``gprl.constants``; finite-difference Jacobians through the kernels) and written back into the
+    population; the final Pareto front's trees are fitted too. 0 (the default) turns it off.
 """
 
 
 class SymbolicRegressor(RegressorMixin, _SymbolicBase):
-    __doc__ = "Symbolic regression by GPU tree GP (multi-target y via multi-output trees).\n" + _DOC_PARAMS
+    __doc__ = ("Symbolic regression by GPU tree GP (multi-target y via multi-output trees).\n" + _DOC_PARAMS + """
+    optimize_constants fits the metric itself: Gauss-Newton steps for "mse" and "rmse", iteratively
+    reweighted least squares for "mae" (``RegressionObjective.gauss_newton_terms``), with the sample
+    weights; a step is kept only where the training loss decreases.
+""")
 
     def __init__(self, *, population_size: int = 2000, generations: int = 100,
                  functions: Sequence[str] = ("add", "sub", "mul", "div"), const_prob: float = 0.2,
@@ -338,8 +346,11 @@ class SymbolicRegressor(RegressorMixin, _SymbolicBase):
                  init_depth: tuple[int, int] = (2, 6), tournament_size: int = 7, elitism: int = 1,
                  rates: dict[str, float] | None = None, parsimony: float = 0.0, metric: str = "mse",
                  model_selection: str = "best", target_loss: float | None = None, time_limit: float | None = None,
-                 validation_fraction: float | None = None, standardize: bool = False, random_state=None,
-                 device: str = "auto", callback: Callable | None = None, verbose: int = 0):
+                 validation_fraction: float | None = None, standardize: bool = False,
+                 optimize_constants: int = 0, optimize_every: int = 1, optimizer_iterations: int = 8,
+                 random_state=None, device: str = "auto", callback: Callable | None = None, verbose: int = 0):
+        self.optimize_constants, self.optimize_every = optimize_constants, optimize_every
+        self.optimizer_iterations = optimizer_iterations
         self.population_size, self.generations, self.functions = population_size, generations, functions
         self.const_prob, self.const_range, self.max_len, self.max_depth = const_prob, const_range, max_len, max_depth
         self.init_depth, self.tournament_size, self.elitism, self.rates = init_depth, tournament_size, elitism, rates
@@ -373,12 +384,9 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicBase):
     linear_scaling: read each tree output f as the logit a + b * f, with the bias a and scale b fitted per tree
     (L2-regularised logistic regression on the device, ``gprl.scaling``) while evolving; they are part of
     the exported formula.
-    optimize_constants: every ``optimize_every`` generations the constants of this many of the best
-    distinct trees are fitted by ``optimizer_iterations`` Levenberg-Marquardt steps on the training loss
-    (``gprl.constants``; finite-difference Jacobians through the kernels) and written back into the
-    population; the final Pareto front's trees are fitted too. 0 (the default) turns it off: on wine and
-    breast_cancer (75/25 splits) fitting 20 trees every 10 generations lowered held-out accuracy by 1-2.5
-    points (the fitted constants overfit 130-430 training rows; H100, split seeds 0-4).
+    optimize_constants fits the cross-entropy (also for ``metric="accuracy"``, as its smooth surrogate). On
+    wine and breast_cancer (75/25 splits) fitting 20 trees every 10 generations lowered held-out accuracy by
+    1-2.5 points (the fitted constants overfit 130-430 training rows; H100, split seeds 0-4).
     ensemble_size: evolve this many independent populations of ``population_size`` trees (islands without
     migration, evaluated together), pick a formula from each island's front by ``model_selection``, and
     average their logits: the model is the one formula ``(f_1 + ... + f_K) / K`` (``sympy()``; its members

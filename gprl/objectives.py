@@ -44,6 +44,44 @@ class RegressionObjective:
     def __call__(self, population: Population) -> torch.Tensor:
         return population.fitness(self.data, metric=self.metric)
 
+    def gauss_newton_terms(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gradient ``[P, D, M]`` and Gauss–Newton Hessian ``[P, D, M, M]`` (float64, diagonal in the outputs)
+        of the loss with respect to every tree's outputs ``out [P, D, M]``, row by row (for
+        ``gprl.constants``). The loss is the kernel's: with row weights ``w`` (1 without) and ``W = sum w``,
+        output ``k``'s ``m_k = sum_r w_r e_rk^2 / W`` (``mae``: ``|e_rk|``), averaged over the ``M`` outputs
+        (``rmse``: the mean of ``sqrt(m_k)``).
+
+        * ``mse``: exact, ``g = 2 w e / (M W)`` and ``h = 2 w / (M W)``;
+        * ``rmse``: the chain rule at the current point, ``g = w e / (M W sqrt(m_k))``, and the Gauss–Newton
+          part of the Hessian, ``h = w / (M W sqrt(m_k))`` (the negative semidefinite term
+          ``-grad m grad m^T / (4 m^1.5)`` couples the rows and is dropped): for one output the step is mse's;
+        * ``mae``: the exact gradient ``w sign(e) / (M W)`` with the IRLS curvature
+          ``w / (M W max(|e|, eps))`` (``eps`` = 1e-4 x the output's weighted mean ``|e|``): the step is
+          an iteratively reweighted least-squares step towards the least-absolute-deviations fit.
+          ``gprl.constants.optimize_constants`` keeps a step only where the true loss decreases.
+
+        Non-finite outputs give zero terms; so does an output already fitted exactly (``m_k = 0``)."""
+        y = self.data.y.double()[None]  # [1, D, M]
+        w = self.data.weight
+        w = torch.ones(y.shape[1], dtype=torch.float64, device=y.device) if w is None else w.double()
+        W, M = w.sum(), y.shape[2]
+        finite = torch.isfinite(out)
+        e = torch.where(finite, out.double() - y, 0.0)
+        w = w[None, :, None] / (M * W)  # [1, D, 1]: each row's share of the loss
+        if self.metric == "mse":
+            g, h = 2.0 * w * e, (2.0 * w).expand_as(e)
+        elif self.metric == "rmse":
+            root = ((w * M) * e * e).sum(1, keepdim=True).sqrt()  # sqrt(m_k) [P, 1, M]
+            scale = torch.where(root > 0, 1.0 / root, 0.0)
+            g, h = w * e * scale, (w * scale).expand_as(e)
+        else:  # mae
+            a = e.abs()
+            eps = 1e-4 * ((w * M) * a).sum(1, keepdim=True)
+            g = w * torch.sign(e)
+            h = torch.where(eps > 0, w / torch.maximum(a, eps).clamp(min=torch.finfo(torch.float64).tiny), 0.0)
+        g, h = torch.where(finite, g, 0.0), torch.where(finite, h, 0.0)
+        return g, torch.diag_embed(h)
+
 
 class ClassificationObjective:
     """Cross-entropy (or error rate) of every tree on ``X [D, n_in]`` and integer classes ``y [D]`` in
