@@ -337,7 +337,10 @@ class SymbolicRegressor(RegressorMixin, _SymbolicBase):
     __doc__ = ("Symbolic regression by GPU tree GP (multi-target y via multi-output trees).\n" + _DOC_PARAMS + """
     optimize_constants fits the metric itself: Gauss-Newton steps for "mse" and "rmse", iteratively
     reweighted least squares for "mae" (``RegressionObjective.gauss_newton_terms``), with the sample
-    weights; a step is kept only where the training loss decreases.
+    weights; a step is kept only where the training loss decreases. With 500 trees and 50 generations (CPU,
+    seeds 0-4) fitting 10 trees every 5 generations lowered the mean training MSE of Keijzer-4 by 13% and of
+    Nguyen-5 8-fold but raised Pagie-1's by 24%, took 1.4-2.2x the fit time, and raised the mean test MSE
+    of Nguyen-5 (20 training rows; mostly one seed) and Pagie-1.
 """)
 
     def __init__(self, *, population_size: int = 2000, generations: int = 100,
