@@ -230,8 +230,11 @@ class GeneticProgramming:
         n_kids = S_out - e - m
         # every island: its elites, the best `m` of the island before it (a ring), and children whose parent
         # and donor come from one selection call over the island
-        offsets = torch.arange(0, P, S_in, device=self.device)[:, None]
-        best = torch.argsort(loss.view(I, S_in), dim=1, stable=True)[:, : max(e, m)] + offsets
+        if I == 1:  # no extra ops on the plain path: its host time before the vary launch is the step's latency
+            best = torch.argsort(loss, stable=True)[None, :e]
+        else:
+            offsets = torch.arange(0, P, S_in, device=self.device)[:, None]
+            best = torch.argsort(loss.view(I, S_in), dim=1, stable=True)[:, : max(e, m)] + offsets
         parents, donors = [], []
         for i in range(I):
             rows = slice(i * S_in, (i + 1) * S_in)
@@ -239,7 +242,7 @@ class GeneticProgramming:
             picks = self._select(sel_loss[rows], None if errors is None else errors[rows], 2 * n_kids, seed)
             if I > 1:
                 picks = picks + i * S_in
-            kept = torch.cat([best[i, :e], best[i - 1, :m]])  # best[-1]: the last island
+            kept = torch.cat([best[i, :e], best[i - 1, :m]]) if m else best[i, :e]  # best[-1]: the last island
             parents += [kept, picks[:n_kids]]
             donors += [kept, picks[n_kids:]]
         parent, donor = torch.cat(parents + donors).split(self.pop_size)
