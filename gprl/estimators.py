@@ -176,7 +176,7 @@ class _SymbolicBase(BaseEstimator):
         pops = [gp.init() for gp in gps]
         watch = self.target_loss is not None or self.verbose or self.callback is not None
         self.n_generations_ = 0
-        n_tune = int(getattr(self, "optimize_constants", 0))
+        n_tune = int(self.optimize_constants)
         tune = (lambda pop, loss: tune_best(pop, loss, train, n_tune, int(self.optimizer_iterations)))
         P = int(self.population_size)
         for g in range(int(self.generations) + 1):

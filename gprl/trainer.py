@@ -138,7 +138,7 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
     if every < 1:
         raise ValueError(f"checkpoint_every must be >= 1, got {every}")
     pop_size = int(gp_cfg["population_size"])
-    islands = gp_cfg.get("islands", 1)
+    islands = gp_cfg["islands"]  # its own range is GeneticProgramming's check
     if isinstance(islands, int) and islands >= 1 and pop_size % islands:
         raise ValueError(f"gp.population_size ({pop_size}) must be a multiple of gp.islands ({islands}); "
                          "change one of them")
