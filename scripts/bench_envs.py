@@ -15,8 +15,9 @@ counting pass of the same workload (same seed, same actions) gives the live coun
 every timed loop then runs exactly that many steps. The loops of a record are timed interleaved (A, B, C, then
 C, B, A, ...), ``--repeats`` samples each; a sample is as many whole rollouts as make it last
 ``--min-sample-s``. Figures are medians; ratios are medians of the per-repeat ratios (pairs taken back to
-back). Each loop is warmed up first (JAX compilation included) and synchronised the same way (every queued
-GPU operation finished, JAX's and torch's) before its clock stops.
+back). Each loop is warmed up first (JAX compilation included; on a GPU then ``--warmup-s`` of untimed
+interleaved samples) and synchronised the same way (every queued GPU operation finished, JAX's and torch's)
+before its clock stops.
 
 Loops of a record (``loops`` in the JSON):
 
@@ -337,6 +338,11 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
         lp.sync()
     # whole rollouts per sample, so that a sample lasts about --min-sample-s
     rollouts = max(1, math.ceil(args.min_sample_s / max(count_s, 1e-6)))
+    warmup_s = args.warmup_s if args.warmup_s is not None else (3.0 if env.device.type == "cuda" else 0.0)
+    warm_end = time.perf_counter() + warmup_s
+    while time.perf_counter() < warm_end:  # GPU clocks and JAX's allocator settle: early samples run slower
+        for lp in loops:
+            _timed(lp, steps, rollouts)
     times: dict[str, list[float]] = {lp.name: [] for lp in loops}
     enq: dict[str, list[float]] = {lp.name: [] for lp in loops}
     cpu: dict[str, list[float]] = {lp.name: [] for lp in loops}
@@ -436,6 +442,8 @@ def main() -> None:
         "--repeats", type=int, default=None, help="timed samples per loop (default: 3 CPU, 7 GPU)"
     )
     ap.add_argument("--min-sample-s", type=float, default=0.3, help="a sample is at least this long")
+    ap.add_argument("--warmup-s", type=float, default=None,
+                    help="untimed interleaved samples for this long first (default: 3 s on a GPU, 0 on the CPU)")
     ap.add_argument("--action-scale", type=float, default=None,
                     help="actions: uniform in the bounds (within [-1, 1]) × this (default 1; genesis 0.2)")  # fmt: skip
     ap.add_argument("--async-max-envs", type=int, default=64,
