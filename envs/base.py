@@ -63,7 +63,10 @@ class VecEnv(abc.ABC):
         self.num_envs = int(num_envs)
         self.obs_dim = int(obs_dim)
         self.act_dim = int(act_dim)
-        self.device = torch.device(device)
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:  # tensors report "cuda:0": the action check compares
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.device = device
         self.episode_length = int(episode_length)
         self.seed = int(seed)
         self.num_actions = num_actions

@@ -254,3 +254,16 @@ def test_missing_optional_dependency_names_the_extra(monkeypatch: pytest.MonkeyP
     for backend, task in [("mujoco", "hopper"), ("brax", "hopper"), ("genesis", "go2_walk")]:
         with pytest.raises(ImportError, match=rf'pip install -e "\.\[{backend}\]"'):
             genvs.make(task, backend=backend)
+
+
+# ---------------------------------------------------------------------------------------------- GPU only
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["mujoco", "gymnasium"])
+def test_cpu_simulators_hand_over_tensors_on_cuda(backend: str) -> None:
+    """device="cuda" (no index) is the device tensors report, so the policy's actions pass the device check."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    env = genvs.make("hopper", backend=backend, num_envs=4, device="cuda", seed=0)
+    assert env.device == torch.device("cuda", torch.cuda.current_device())
+    res = genvs.rollout(env, lambda o: torch.zeros(4, 1, env.act_dim, device=o.device), 4, max_steps=5, seed=0)
+    assert res.returns.is_cuda and res.returns.shape == (4, 1)
