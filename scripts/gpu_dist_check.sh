@@ -69,6 +69,9 @@ for d in sorted(runs.glob("k*"), key=lambda p: int(p.name[1:])):
     except OSError as e:
         res["runs"][k] = {"error": str(e)}
         continue
+    if not rows:
+        res["runs"][k] = {"error": f"no generation finished: see train_k{k}.log"}
+        continue
     # generation g (g >= 1) takes from the end of evaluation g-1 to the end of evaluation g
     gen = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(rows, rows[1:])][-measured:]
     res["runs"][k] = {"generation_s": [round(x, 3) for x in gen], "median_generation_s": statistics.median(gen) if gen else None,
