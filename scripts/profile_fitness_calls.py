@@ -1,0 +1,98 @@
+"""Where the time of a small SR-fitness call goes, on CUDA; prints JSON.
+
+For each (P, D) cell of ``scripts/bench_eval.py``'s setup: the time between CUDA events around one call (what
+bench_eval measures) of ``Population.fitness`` and of the raw ``gprl::fitness`` op, the same for a bare
+``torch.empty`` (the floor of that measurement), the host time per call when calls are queued back to back,
+and the device time per call of each kernel (``torch.profiler``). A call whose kernel time is far below its
+event time is bound by launch and host overhead; one whose kernel time dominates, by the kernel.
+
+    python scripts/profile_fitness_calls.py [--cells 100x60 1000x392 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from gprl import Dataset, Population
+from gprl.ops import ops
+from gprl.population import METRICS
+
+FUNCTIONS = ["add", "sub", "mul", "div", "sin", "cos", "tan"]  # bench_eval.py's set
+
+
+def event_us(fn, repeats: int = 200) -> float:
+    """Median microseconds between CUDA events around one call, after a warm-up."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    return round(statistics.median(times), 1)
+
+
+def queued_host_us(fn, calls: int = 2000) -> float:
+    """Host microseconds per call with calls queued back to back (the GPU's time once its queue fills)."""
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return round((t1 - t0) / calls * 1e6, 1)
+
+
+def kernel_us(fn, calls: int = 20) -> dict[str, float]:
+    """Device microseconds per call of each kernel fn launches."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    # FunctionEventAvg.device_time is already the mean per occurrence
+    return {e.key[:80]: round(e.device_time, 2) for e in prof.key_averages()
+            if e.device_type == torch.autograd.DeviceType.CUDA}  # fmt: skip
+
+
+def profile_cell(P: int, D: int, gen: torch.Generator) -> dict:
+    pop = Population.random(P, 8, max_len=256, functions=FUNCTIONS, min_depth=3, max_depth=8, seed=gen,
+                            device="cuda")
+    data = Dataset(torch.rand(D, 8, generator=gen) * 2 - 1, torch.rand(D, generator=gen), device="cuda")
+    op_args = (*pop.tensors(), data.Xt, data.yt, data.weight, METRICS["mse"], pop.max_stack())
+    return {
+        "event_us_population_fitness": event_us(lambda: pop.fitness(data)),
+        "event_us_op": event_us(lambda: ops.fitness(*op_args)),
+        "event_us_torch_empty": event_us(lambda: torch.empty(P, device="cuda")),
+        "queued_host_us_population_fitness": queued_host_us(lambda: pop.fitness(data)),
+        "kernel_us": kernel_us(lambda: ops.fitness(*op_args)),
+        "longest_tree": int(pop.lengths().max()),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cells", nargs="+", default=["100x60", "100x392", "1000x60", "1000x392", "10000x60",
+                                                   "10000x392"], help="PxD cells")  # fmt: skip
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("profile_fitness_calls.py needs a CUDA device (the CPU backend has no launches to profile)")
+    gen = torch.Generator().manual_seed(0)
+    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cells": {}}
+    for cell in args.cells:
+        P, D = (int(x) for x in cell.split("x"))
+        out["cells"][cell] = profile_cell(P, D, gen)
+        print(cell, json.dumps(out["cells"][cell]), flush=True)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
