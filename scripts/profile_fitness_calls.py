@@ -13,31 +13,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout's gprl
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_eval's workload and timing
+from bench_eval import FUNCTIONS, time_call
 
 from gprl import Dataset, Population
 from gprl.ops import ops
 from gprl.population import METRICS
 
-FUNCTIONS = ["add", "sub", "mul", "div", "sin", "cos", "tan"]  # bench_eval.py's set
 
-
-def event_us(fn, repeats: int = 200) -> float:
-    """Median microseconds between CUDA events around one call, after a warm-up."""
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return round(statistics.median(times), 1)
+def event_us(fn) -> float:
+    """Median microseconds between CUDA events around one call (bench_eval's measure)."""
+    return round(time_call(fn, "cuda", repeats=200, budget_s=10.0) * 1e6, 1)
 
 
 def queued_host_us(fn, calls: int = 2000) -> float:
