@@ -69,6 +69,17 @@ class GenesisTask:
 
     def reset(self, gen: torch.Generator) -> torch.Tensor: ...
 
+    def _bind_dof_views(self, gs: Any) -> None:
+        """After ``scene.build``: views of Genesis' joint position/velocity buffers (None without zero-copy)."""
+        state = self.robot.solver.dyn_state.dofs
+        self.pos_view, self.vel_view = _dof_view(gs, state.pos), _dof_view(gs, state.vel)
+
+    def dof_state(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions and velocities [N, len(self.dofs)] of the task's joints (Genesis' buffers with zero-copy on)."""
+        if self.pos_view is not None:
+            return self.pos_view[:, self.dofs], self.vel_view[:, self.dofs]
+        return self.robot.get_dofs_position(self.dofs), self.robot.get_dofs_velocity(self.dofs)
+
     def step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
 
 
@@ -146,9 +157,9 @@ class Go2Walk(GenesisTask):
         )
         scene.build(n_envs=n)
         dev, f = gs.device, gs.tc_float
-        self.motors = [self.robot.get_joint(j).dof_start for j in self.joint_names]
-        self.robot.set_dofs_kp([c["kp"]] * self.act_dim, self.motors)
-        self.robot.set_dofs_kv([c["kd"]] * self.act_dim, self.motors)
+        self.dofs = [self.robot.get_joint(j).dof_start for j in self.joint_names]
+        self.robot.set_dofs_kp([c["kp"]] * self.act_dim, self.dofs)
+        self.robot.set_dofs_kv([c["kd"]] * self.act_dim, self.dofs)
         self.default_dof_pos = torch.tensor(
             [self._default_angle(j) for j in self.joint_names], device=dev, dtype=f
         )
@@ -158,16 +169,8 @@ class Go2Walk(GenesisTask):
         s = c["obs_scales"]
         self.commands_scale = torch.tensor([s["lin_vel"], s["lin_vel"], s["ang_vel"]], device=dev, dtype=f)
         self.reward_scales = {k: v * c["dt"] for k, v in c["reward_scales"].items()}
-        solver = self.robot.solver
-        self.pos_view = _dof_view(gs, solver.dyn_state.dofs.pos)
-        self.vel_view = _dof_view(gs, solver.dyn_state.dofs.vel)
+        self._bind_dof_views(gs)
         return scene
-
-    def dof_state(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Motor joint positions and velocities [N, 12], from Genesis' own buffers when zero-copy is on."""
-        if self.pos_view is not None:
-            return self.pos_view[:, self.motors], self.vel_view[:, self.motors]
-        return self.robot.get_dofs_position(self.motors), self.robot.get_dofs_velocity(self.motors)
 
     def _sample_commands(self, envs: torch.Tensor | None, gen: torch.Generator) -> None:
         c, n = self.cfg, self.n
@@ -180,7 +183,7 @@ class Go2Walk(GenesisTask):
 
     def reset(self, gen: torch.Generator) -> torch.Tensor:
         n, dev = self.n, self.gs.device
-        self.robot.set_dofs_position(self.default_dof_pos.expand(n, -1), self.motors, zero_velocity=True)
+        self.robot.set_dofs_position(self.default_dof_pos.expand(n, -1), self.dofs, zero_velocity=True)
         self.robot.set_pos(self.base_init_pos.expand(n, -1), zero_velocity=False)
         self.robot.set_quat(self.base_init_quat.expand(n, -1), zero_velocity=False)
         self.robot.zero_all_dofs_velocity()
@@ -224,7 +227,7 @@ class Go2Walk(GenesisTask):
         c = self.cfg
         self.actions = torch.clamp(action.to(self.gs.tc_float), -c["clip_actions"], c["clip_actions"])
         exec_actions = self.last_actions if c["simulate_action_latency"] else self.actions
-        self.robot.control_dofs_position(exec_actions * c["action_scale"] + self.default_dof_pos, self.motors)
+        self.robot.control_dofs_position(exec_actions * c["action_scale"] + self.default_dof_pos, self.dofs)
         self.robot.solver.scene.step()
         self.t += 1
         self._read_state()
@@ -289,15 +292,8 @@ class CartpoleBalance(GenesisTask):
         self.robot = scene.add_entity(gs.morphs.MJCF(file=path))
         scene.build(n_envs=n)
         self.dofs = [self.robot.get_joint("slider").dof_start, self.robot.get_joint("hinge").dof_start]
-        solver = self.robot.solver
-        self.pos_view = _dof_view(gs, solver.dyn_state.dofs.pos)
-        self.vel_view = _dof_view(gs, solver.dyn_state.dofs.vel)
+        self._bind_dof_views(gs)
         return scene
-
-    def dof_state(self) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.pos_view is not None:
-            return self.pos_view[:, self.dofs], self.vel_view[:, self.dofs]
-        return self.robot.get_dofs_position(self.dofs), self.robot.get_dofs_velocity(self.dofs)
 
     def _obs(self) -> torch.Tensor:
         pos, vel = self.dof_state()

@@ -202,10 +202,14 @@ class RawBrax(Loop):
 
 class RawGenesis(Loop):
     def __init__(self, env: Any, bank: list[torch.Tensor], seed: int) -> None:
-        super().__init__("raw", "robot.control_dofs_position(targets); scene.step()")
-        self.env, self.seed = env, seed
+        from gprl.envs.genesis_env import Go2Walk
+
         task = env.task
-        self.targets = [b * 0.25 + task.default_dof_pos for b in bank] if hasattr(task, "motors") else bank
+        self.position_control = isinstance(task, Go2Walk)  # PD targets; the classic task takes forces
+        control = "control_dofs_position(targets)" if self.position_control else "control_dofs_force(forces)"
+        super().__init__("raw", f"robot.{control}; scene.step()")
+        self.env, self.seed = env, seed
+        self.targets = [b * 0.25 + task.default_dof_pos for b in bank] if self.position_control else bank
         self._sync = _device_sync(env.device)
 
     def start(self) -> None:
@@ -215,9 +219,9 @@ class RawGenesis(Loop):
     def run(self, steps: int) -> None:
         task = self.env.task
         robot = task.robot
-        if hasattr(task, "motors"):
+        if self.position_control:
             for i in range(steps):
-                robot.control_dofs_position(self.targets[i % BANK], task.motors)
+                robot.control_dofs_position(self.targets[i % BANK], task.dofs)
                 robot.solver.scene.step()
         else:
             for i in range(steps):
