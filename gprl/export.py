@@ -227,6 +227,27 @@ def kernel_order_lines(record: dict[str, Any], indent: str = "        ") -> list
     return lines
 
 
+def scores_source(arg: str, names: Sequence[str], exprs: Sequence[sympy.Expr], record: dict[str, Any], n_out: int,
+                  column: str, batch: str, formula_doc: str, scores_doc: str) -> list[str]:
+    """Source of an exported module's ``formula_scores(arg)`` (the folded formulas, float64) and ``scores(arg)``
+    (the tree in float32 in the kernels' order). ``column`` reads input ``{i}`` of ``arg``; ``batch`` is the
+    outputs' batch shape as an attribute of the input array (``"shape[:-1]"``)."""
+    printer = _Printer()
+    lines = [f"def formula_scores({arg}):", f'    """{formula_doc}"""', f"    {arg} = _check({arg}, numpy.float64)"]
+    lines += [f"    {name} = {column.format(i=i)}" for i, name in enumerate(names)]
+    lines += ["    with numpy.errstate(all='ignore'):", "        out = ["]
+    lines += [f"            numpy.broadcast_to({printer.doprint(e)}, {arg}.{batch})," for e in exprs]
+    lines += ["        ]", "    return numpy.stack(out, axis=-1)", "", "",
+              f"def scores({arg}):", f'    """{scores_doc}"""',
+              f"    obs = _check({arg}, numpy.float32)", "    with numpy.errstate(all='ignore'):",
+              "        x = (obs - MEAN) / STD"]
+    lines += kernel_order_lines(record)
+    outs = ", ".join(f"y{k}" for k in range(n_out))
+    lines += [f"    return numpy.stack([numpy.broadcast_to(numpy.float32(v), obs.{batch}) for v in ({outs},)], axis=-1)",
+              "", ""]
+    return lines
+
+
 def numpy_source(exprs: Sequence[sympy.Expr], obs_names: Sequence[str], action_names: Sequence[str],
                  transform: str, readable_text: str, meta: dict[str, Any], record: dict[str, Any],
                  mean: Sequence[float], std: Sequence[float], low: Sequence[float] | None,
@@ -235,7 +256,6 @@ def numpy_source(exprs: Sequence[sympy.Expr], obs_names: Sequence[str], action_n
 
     ``act`` evaluates the tree in float32 in the kernels' order (normalise, tree, action map), so a replay
     follows the training trajectories; ``formula_scores`` evaluates the folded raw-unit formula (float64)."""
-    printer = _Printer()
     n_obs, n_out = len(obs_names), len(action_names)
     lines = [f'"""Exported gprl policy for {meta.get("env", "?")} (NumPy only; no gprl, no torch).', "",
              "Formulas in raw observation units (reading form of formula_scores; act() computes the same",
@@ -259,23 +279,11 @@ def numpy_source(exprs: Sequence[sympy.Expr], obs_names: Sequence[str], action_n
               "def _check(obs, dtype):", "    obs = numpy.asarray(obs, dtype=dtype)",
               f"    if obs.shape[-1] != {n_obs}:",
               f"        raise ValueError(f'obs must have {n_obs} entries in its last axis, got {{obs.shape}}')",
-              "    return obs", "", "",
-              "def formula_scores(obs):", '    """The folded formulas (raw units, float64) for obs [..., n_obs]."""',
-              "    obs = _check(obs, numpy.float64)"]
-    for i, name in enumerate(obs_names):
-        lines.append(f"    {name} = obs[..., {i}]")
-    lines += ["    with numpy.errstate(all='ignore'):", "        out = ["]
-    for e in exprs:
-        lines.append(f"            numpy.broadcast_to({printer.doprint(e)}, obs.shape[:-1]),")
-    lines += ["        ]", "    return numpy.stack(out, axis=-1)", "", "",
-              "def scores(obs):", '    """Tree outputs (before the action map) in float32, in the kernels\' order."""',
-              "    obs = _check(obs, numpy.float32)", "    with numpy.errstate(all='ignore'):",
-              "        x = (obs - MEAN) / STD"]
-    lines += kernel_order_lines(record)
-    outs = ", ".join(f"y{k}" for k in range(n_out))
-    lines += [f"    return numpy.stack([numpy.broadcast_to(numpy.float32(v), obs.shape[:-1]) for v in ({outs},)], axis=-1)",
-              "", "",
-              "def act(obs):", '    """The action for obs [n_obs] (or a batch [B, n_obs])."""', "    y = scores(obs)"]
+              "    return obs", "", ""]
+    lines += scores_source("obs", obs_names, exprs, record, n_out, column="obs[..., {i}]", batch="shape[:-1]",
+                           formula_doc="The folded formulas (raw units, float64) for obs [..., n_obs].",
+                           scores_doc="Tree outputs (before the action map) in float32, in the kernels' order.")
+    lines += ["def act(obs):", '    """The action for obs [n_obs] (or a batch [B, n_obs])."""', "    y = scores(obs)"]
     if transform == "argmax":
         lines.append("    return numpy.argmax(numpy.where(numpy.isnan(y), -numpy.inf, y), axis=-1)")
     else:

@@ -24,12 +24,11 @@ from .export import (
     _PROTECTED_SOURCE,
     LIBM_SOURCE_LINES,
     _plain,
-    _Printer,
-    kernel_order_lines,
     policy_expressions,
     readable,
     round_floats,
     safe_names,
+    scores_source,
     tree_record,
     write_atomic,
 )
@@ -53,7 +52,6 @@ def front_equation(tree: Population, mean: Sequence[float], std: Sequence[float]
 def _module_source(exact: Sequence[sympy.Expr], names: Sequence[str], out_names: Sequence[str], task: str,
                    classes: Sequence[Any] | None, text: str, meta: dict[str, Any], record: dict[str, Any],
                    mean: Sequence[float], std: Sequence[float]) -> str:
-    printer = _Printer()
     n_in, n_out = len(names), len(out_names)
     f32list = lambda vals: "numpy.array([" + ", ".join(repr(float(np.float32(v))) for v in vals) + "], numpy.float32)"
     lines = [f'"""Exported gprl {task} model for {meta.get("dataset", "?")} (NumPy only; no gprl, no torch).', "",
@@ -72,22 +70,10 @@ def _module_source(exact: Sequence[sympy.Expr], names: Sequence[str], out_names:
               "def _check(X, dtype):", "    X = numpy.asarray(X, dtype=dtype)",
               f"    if X.ndim != 2 or X.shape[-1] != {n_in}:",
               f"        raise ValueError(f'X must be [n_samples, {n_in}] ({{FEATURE_NAMES}}), got shape {{X.shape}}')",
-              "    return X", "", "",
-              "def formula_scores(X):", '    """The folded formulas (raw units, float64) for X [n, n_features]."""',
-              "    X = _check(X, numpy.float64)"]
-    for i, name in enumerate(names):
-        lines.append(f"    {name} = X[:, {i}]")
-    lines += ["    with numpy.errstate(all='ignore'):", "        out = ["]
-    for e in exact:
-        lines.append(f"            numpy.broadcast_to({printer.doprint(e)}, X.shape[:1]),")
-    lines += ["        ]", "    return numpy.stack(out, axis=-1)", "", "",
-              "def scores(X):", '    """Tree outputs [n, n_outputs] in float32, in the kernels\' order."""',
-              "    obs = _check(X, numpy.float32)", "    with numpy.errstate(all='ignore'):",
-              "        x = (obs - MEAN) / STD"]
-    lines += kernel_order_lines(record)
-    outs = ", ".join(f"y{k}" for k in range(n_out))
-    lines += [f"    return numpy.stack([numpy.broadcast_to(numpy.float32(v), obs.shape[:1]) for v in ({outs},)], axis=-1)",
-              "", ""]
+              "    return X", "", ""]
+    lines += scores_source("X", names, exact, record, n_out, column="X[:, {i}]", batch="shape[:1]",
+                           formula_doc="The folded formulas (raw units, float64) for X [n, n_features].",
+                           scores_doc="Tree outputs [n, n_outputs] in float32, in the kernels' order.")
     if task == "regression":
         lines += ["def predict(X):", '    """Predictions [n] (or [n, n_targets]) for X [n, n_features]."""',
                   "    y = scores(X)", "    return y[:, 0] if y.shape[1] == 1 else y"]
