@@ -37,6 +37,17 @@ from typing_extensions import Self
 StepResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
+def canonical_device(device: torch.device | str) -> torch.device:
+    """The device as tensors on it report it: "cuda" -> "cuda:<current>" (the action checks compare devices).
+
+    Unlike ``gprl.devices.canonical_device`` it allocates nothing, so a device no simulator supports still
+    reaches the backend's own error message."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 class VecEnv(abc.ABC):
     """Base class of the batched environments (see the module docstring for the contract)."""
 
@@ -63,10 +74,7 @@ class VecEnv(abc.ABC):
         self.num_envs = int(num_envs)
         self.obs_dim = int(obs_dim)
         self.act_dim = int(act_dim)
-        device = torch.device(device)
-        if device.type == "cuda" and device.index is None:  # tensors report "cuda:0": the action check compares
-            device = torch.device("cuda", torch.cuda.current_device())
-        self.device = device
+        self.device = canonical_device(device)
         self.episode_length = int(episode_length)
         self.seed = int(seed)
         self.num_actions = num_actions

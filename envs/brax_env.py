@@ -24,7 +24,7 @@ import torch
 import torch.utils.dlpack
 
 from ._deps import available, require
-from .base import StepResult, VecEnv
+from .base import StepResult, VecEnv, canonical_device
 
 BRAX_PIPELINES = ("generalized", "positional", "spring", "mjx")
 
@@ -88,14 +88,8 @@ class BraxEnv(VecEnv):
         jax = _import_jax()
         brax_envs = require("brax.envs", "brax")
         if device is None:
-            device = (
-                torch.device("cuda", torch.cuda.current_device())
-                if jax_has_gpu() and torch.cuda.is_available()
-                else "cpu"
-            )
-        device = torch.device(device)
-        if device.type == "cuda" and device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
+            device = "cuda" if jax_has_gpu() and torch.cuda.is_available() else "cpu"
+        device = canonical_device(device)
         self.jax_device = _jax_device(jax, device)
 
         if name in brax_envs._envs:
