@@ -15,6 +15,7 @@
 
 #include "nodes.h"
 #include "ops.h"
+#include "strategy.h"
 #include "trig_cpu.h"
 
 // The row loops are compiled for several x86-64 levels and picked at load time (GCC function multiversioning,
@@ -240,8 +241,10 @@ void forward_rows(const Split& split, int64_t job, int64_t D, int64_t n_out, flo
 }
 
 at::Tensor forward_cpu(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,
-                       const at::Tensor& size, const at::Tensor& Xt, int64_t n_out, int64_t max_stack) {
+                       const at::Tensor& size, const at::Tensor& Xt, int64_t n_out, int64_t max_stack,
+                       int64_t strategy) {
   check_population(kind, code, out, value, size);
+  check_strategy(strategy, false, n_out);  // one schema with CUDA: checked, then ignored (one CPU mapping)
   check_data(Xt, kind, "Xt");
   TORCH_CHECK(Xt.dim() == 2, "gprl: Xt must be [n_in, D]");
   int64_t P = kind.size(0), n_in = Xt.size(0), D = Xt.size(1);
@@ -311,8 +314,10 @@ GPRL_ROWS double loss_rows(int64_t metric, int n, const float* pred, const float
 
 at::Tensor fitness_cpu(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,
                        const at::Tensor& size, const at::Tensor& Xt, const at::Tensor& yt,
-                       const std::optional<at::Tensor>& weight, int64_t metric, int64_t max_stack) {
+                       const std::optional<at::Tensor>& weight, int64_t metric, int64_t max_stack,
+                       int64_t strategy) {
   at::Tensor w = check_fitness_args(kind, code, out, value, size, Xt, yt, weight, metric);
+  check_strategy(strategy, true, yt.size(0));  // one schema with CUDA: checked, then ignored (one CPU mapping)
   int64_t P = kind.size(0), n_in = Xt.size(0), D = Xt.size(1), n_out = yt.size(0);
   at::Tensor xc = Xt.contiguous(), yc = yt.contiguous();
   const float *xp = xc.data_ptr<float>(), *yp = yc.data_ptr<float>();

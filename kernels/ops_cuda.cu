@@ -15,6 +15,7 @@
 
 #include "nodes.h"
 #include "ops.h"
+#include "strategy.h"
 #include "trees.h"
 
 namespace gprl {
@@ -390,11 +391,17 @@ void with_stack(int64_t need, int rows, Fn&& f) {
   }
 }
 
-// Rows per thread and threads per block for a dataset of D rows.
-void shared_mode_shape(int64_t D, int* rows, int* threads) {
-  *rows = D >= 8192 ? 4 : (D >= 1024 ? 2 : 1);
-  int64_t per_thread = (D + *rows - 1) / *rows;
-  *threads = int(std::min<int64_t>(128, (per_thread + WARP - 1) / WARP * WARP));
+// Threads per block of the block kernels for a dataset of D rows evaluated `rows` rows per thread.
+int shared_mode_threads(int64_t D, int rows) {
+  int64_t per_thread = (D + rows - 1) / rows;
+  return int(std::min<int64_t>(128, (per_thread + WARP - 1) / WARP * WARP));
+}
+
+// Rows per thread and threads per block for a dataset of D rows: the built-in choice (STRATEGY_AUTO), else
+// the rows of a hybrid strategy.
+void shared_mode_shape(int64_t D, int* rows, int* threads, int64_t strategy = STRATEGY_AUTO) {
+  *rows = strategy == STRATEGY_AUTO ? (D >= 8192 ? 4 : (D >= 1024 ? 2 : 1)) : hybrid_rows(strategy);
+  *threads = shared_mode_threads(D, *rows);
 }
 
 void set_smem(const void* kernel, size_t bytes) {
@@ -403,8 +410,10 @@ void set_smem(const void* kernel, size_t bytes) {
 }
 
 at::Tensor forward_cuda(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,
-                        const at::Tensor& size, const at::Tensor& Xt, int64_t n_out, int64_t max_stack) {
+                        const at::Tensor& size, const at::Tensor& Xt, int64_t n_out, int64_t max_stack,
+                        int64_t strategy) {
   check_population(kind, code, out, value, size);
+  check_strategy(strategy, false, n_out);
   check_data(Xt, kind, "Xt");
   TORCH_CHECK(Xt.dim() == 2, "gprl: Xt must be [n_in, D]");
   c10::cuda::CUDAGuard guard(kind.device());
@@ -413,7 +422,7 @@ at::Tensor forward_cuda(const at::Tensor& kind, const at::Tensor& code, const at
   if (P == 0 || D == 0 || L == 0) return Y;
   at::Tensor xc = Xt.contiguous();
   int rows, threads;
-  shared_mode_shape(D, &rows, &threads);
+  shared_mode_shape(D, &rows, &threads, strategy);
   with_stack(max_stack, rows, [&](auto r_, auto s_) {
     constexpr int R = decltype(r_)::value, S = decltype(s_)::value;
     const int64_t nseg = (D + int64_t(threads) * R - 1) / (int64_t(threads) * R);
@@ -454,8 +463,10 @@ at::Tensor forward_batched_cuda(const at::Tensor& kind, const at::Tensor& code, 
 
 at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,
                         const at::Tensor& size, const at::Tensor& Xt, const at::Tensor& yt,
-                        const std::optional<at::Tensor>& weight, int64_t metric, int64_t max_stack) {
+                        const std::optional<at::Tensor>& weight, int64_t metric, int64_t max_stack,
+                        int64_t strategy) {
   at::Tensor w = check_fitness_args(kind, code, out, value, size, Xt, yt, weight, metric);
+  check_strategy(strategy, true, yt.size(0));
   c10::cuda::CUDAGuard guard(kind.device());
   const int64_t P = kind.size(0), L = kind.size(1), D = Xt.size(1), n_out = yt.size(0);
   at::Tensor result = at::empty({P}, Xt.options());
@@ -468,8 +479,10 @@ at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at
   const double* wsum_p = wsum.defined() ? wsum.data_ptr<double>() : nullptr;
   const int n_in = int(xc.size(0));
 
-  // Small single-output datasets: one warp per tree over all rows, no staging, no second pass.
-  if (n_out == 1 && D <= 1024 && (P >= 2048 || D <= 64)) {
+  // Small single-output datasets (or STRATEGY_WARP): one warp per tree over all rows, no staging, no second pass.
+  const bool warp_mode = strategy == STRATEGY_AUTO ? (n_out == 1 && D <= 1024 && (P >= 2048 || D <= 64))
+                                                   : strategy == STRATEGY_WARP;  // n_out == 1: check_strategy
+  if (warp_mode) {
     const int rows = D <= WARP ? 1 : (D <= 2 * WARP ? 2 : 4);
     constexpr int WARPS = 4;
     const size_t x_bytes = (size_t(n_in) * D * 4 + 15) / 16 * 16;
@@ -494,10 +507,18 @@ at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at
   }
 
   int rows, threads;
-  shared_mode_shape(D, &rows, &threads);
+  shared_mode_shape(D, &rows, &threads, strategy);
   const bool multi = n_out > 1;
-  // Multi-output keeps rows x outputs in shared memory: fall back to fewer rows when that is large.
-  if (multi && size_t(threads) * rows * n_out * 4 > 96 * 1024) { rows = 1; threads = WARP; }
+  // Multi-output keeps rows x outputs in shared memory: the built-in choice falls back to fewer rows when that
+  // is large; a hybrid strategy keeps its rows, so one that does not fit is an error.
+  const size_t multi_bytes = size_t(threads) * rows * n_out * 4;
+  if (multi && multi_bytes > MULTI_OUTPUT_SMEM_LIMIT) {
+    TORCH_CHECK(strategy == STRATEGY_AUTO, "gprl: strategy ", strategy, " (", rows, " rows per thread, ", threads,
+                " threads) needs ", multi_bytes, " bytes of shared memory for n_out=", n_out, " outputs, over the ",
+                MULTI_OUTPUT_SMEM_LIMIT, " byte limit; use -1 (auto) or a hybrid strategy with fewer rows per thread");
+    rows = 1;
+    threads = WARP;
+  }
   with_stack(max_stack, rows, [&](auto r_, auto s_) {
     constexpr int R = decltype(r_)::value, S = decltype(s_)::value;
     const int64_t nseg = (D + int64_t(threads) * R - 1) / (int64_t(threads) * R);

@@ -1,0 +1,48 @@
+// Evaluation strategies: which of the CUDA evaluation kernels (ops_cuda.cu) a `fitness` / `forward` call
+// launches, and with how many rows per thread. gprl/strategy.py mirrors the ids and names and picks one per
+// call with a cost model calibrated on the device; AUTO (-1) is the kernels' built-in heuristic. The CPU
+// kernels check the id the same way and ignore it (they have one mapping).
+//
+// Every strategy runs the same interpreter (eval_tree) on every row, so predictions are identical across
+// strategies; fused losses differ only in the (fixed, deterministic) order of their double sums.
+#pragma once
+#include <c10/util/Exception.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gprl {
+
+enum Strategy : int64_t {
+  STRATEGY_AUTO = -1,      // the built-in heuristic
+  // 0 is kept free (a future thread-per-tree mapping)
+  STRATEGY_WARP = 1,       // fitness only, n_out == 1: one warp per tree over all rows (fitness_warp_kernel)
+  STRATEGY_HYBRID_R1 = 2,  // one block per (tree, segment of rows), 1 row per thread (fitness_kernel, forward_kernel)
+  STRATEGY_HYBRID_R2 = 3,  //   ... 2 rows per thread
+  STRATEGY_HYBRID_R4 = 4,  //   ... 4 rows per thread
+};
+
+// Rows per thread of a hybrid strategy. Trees whose stack needs more than 256 slots run with 1 row per thread
+// whatever the strategy (with_stack in ops_cuda.cu: the local-memory stack of deep trees).
+inline int hybrid_rows(int64_t s) { return s == STRATEGY_HYBRID_R4 ? 4 : (s == STRATEGY_HYBRID_R2 ? 2 : 1); }
+
+// Multi-output fitness keeps every thread's R rows x n_out outputs in shared memory, up to this many bytes.
+constexpr size_t MULTI_OUTPUT_SMEM_LIMIT = 96 * 1024;
+
+// Checks that `fitness` (else `forward`) supports strategy `s` for `n_out` outputs; the message names the
+// valid ids. Shared by the CPU and CUDA implementations.
+inline void check_strategy(int64_t s, bool fitness, int64_t n_out) {
+  if (fitness) {
+    TORCH_CHECK(s == STRATEGY_AUTO || (s >= STRATEGY_WARP && s <= STRATEGY_HYBRID_R4), "gprl: strategy ", s,
+                " is not a strategy of fitness; valid ids: -1 (auto), 1 (warp), 2 (hybrid_r1), 3 (hybrid_r2), "
+                "4 (hybrid_r4)");
+    TORCH_CHECK(s != STRATEGY_WARP || n_out == 1, "gprl: strategy 1 (warp) evaluates single-output trees only, "
+                "got n_out=", n_out, "; valid ids for n_out > 1: -1 (auto), 2 (hybrid_r1), 3 (hybrid_r2), "
+                "4 (hybrid_r4)");
+  } else {
+    TORCH_CHECK(s == STRATEGY_AUTO || (s >= STRATEGY_HYBRID_R1 && s <= STRATEGY_HYBRID_R4), "gprl: strategy ", s,
+                " is not a strategy of forward; valid ids: -1 (auto), 2 (hybrid_r1), 3 (hybrid_r2), 4 (hybrid_r4)");
+  }
+}
+
+}  // namespace gprl
