@@ -1,10 +1,11 @@
 """gprl: GPU tree genetic programming for interpretable control policies, regression and classification."""
 
-from . import datasets, feynman, functions, objectives, selection, variation
+from . import datasets, feynman, functions, objectives, selection, strategy, variation
 from .algorithm import GeneticProgramming, ParetoArchive
 from .dataset import Dataset
 from .objectives import ClassificationObjective, RegressionObjective
 from .population import Population
+from .strategy import get_strategy, set_strategy
 from .variation import (
     OPS,
     VariationParams,
@@ -25,9 +26,10 @@ from .variation import (
 __all__ = [
     "OPS", "ClassificationObjective", "Dataset", "GeneticProgramming", "ParetoArchive", "Population",
     "RegressionObjective", "SymbolicClassifier", "SymbolicRegressor", "VariationParams", "constant_mutation",
-    "crossover", "datasets", "delete_mutation", "feynman", "functions", "hoist_mutation", "insert_mutation",
-    "multi_constant_mutation", "multi_point_mutation", "objectives", "output_mutation", "point_mutation",
-    "selection", "subtree_exchange", "subtree_mutation", "variation", "vary",
+    "crossover", "datasets", "delete_mutation", "feynman", "functions", "get_strategy", "hoist_mutation",
+    "insert_mutation", "multi_constant_mutation", "multi_point_mutation", "objectives", "output_mutation",
+    "point_mutation", "selection", "set_strategy", "strategy", "subtree_exchange", "subtree_mutation", "variation",
+    "vary",
 ]
 __version__ = "0.1.0"
 

@@ -18,6 +18,7 @@ import torch
 
 _loaded = False
 _has_cuda_kernels = False
+_build_id = ""
 
 # -fno-math-errno and -fno-trapping-math change no value (NaN, inf and signed zeros stay exact, unlike
 # -ffast-math): they only drop errno and floating-point exception flags, which nothing reads, and so let the
@@ -71,9 +72,14 @@ def _cuda_toolkit() -> str | None:
     return nvcc
 
 
+def cache_dir() -> Path:
+    """Where compiled kernels (and the strategy calibration, gprl/strategy.py) are kept."""
+    return Path(os.environ.get("GPRL_CACHE", Path.home() / ".cache" / "gprl"))
+
+
 def load() -> None:
     """Builds (first time only) and loads the kernels; safe to call repeatedly."""
-    global _loaded, _has_cuda_kernels
+    global _loaded, _has_cuda_kernels, _build_id
     if _loaded:
         return
     src = kernel_dir()
@@ -86,7 +92,7 @@ def load() -> None:
     omp = openmp_flags()
     digest.update(f"{torch.__version__}|{sys.version_info[:2]}|{CXX_FLAGS}|{omp}|{NVCC_FLAGS}|{arch}".encode())
     name = f"gprl_ops_{digest.hexdigest()[:16]}"
-    build_dir = Path(os.environ.get("GPRL_CACHE", Path.home() / ".cache" / "gprl")) / name
+    build_dir = cache_dir() / name
     library = build_dir / f"{name}.so"
     if not library.exists():
         build_dir.mkdir(parents=True, exist_ok=True)
@@ -114,9 +120,15 @@ def load() -> None:
             ) from e
     else:
         torch.ops.load_library(str(library))
-    _loaded, _has_cuda_kernels = True, use_cuda
+    _loaded, _has_cuda_kernels, _build_id = True, use_cuda, name
 
 
 def has_cuda_kernels() -> bool:
     load()
     return _has_cuda_kernels
+
+
+def build_id() -> str:
+    """Names the loaded kernels: a hash of their sources, the torch build and the compile flags."""
+    load()
+    return _build_id

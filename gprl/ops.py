@@ -34,7 +34,7 @@ def _validate_fake(kind, code, out, value, size, n_in, n_out):
 
 
 @torch.library.register_fake("gprl::forward")
-def _forward_fake(kind, code, out, value, size, Xt, n_out, max_stack):
+def _forward_fake(kind, code, out, value, size, Xt, n_out, max_stack, strategy=-1):
     return Xt.new_empty((kind.shape[0], Xt.shape[1], n_out))
 
 
@@ -44,7 +44,7 @@ def _forward_batched_fake(kind, code, out, value, size, X, n_out, max_stack):
 
 
 @torch.library.register_fake("gprl::fitness")
-def _fitness_fake(kind, code, out, value, size, Xt, yt, weight, metric, max_stack):
+def _fitness_fake(kind, code, out, value, size, Xt, yt, weight, metric, max_stack, strategy=-1):
     return Xt.new_empty((kind.shape[0],))
 
 

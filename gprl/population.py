@@ -34,6 +34,7 @@ import sympy
 import torch
 
 from . import functions as F
+from . import strategy as _strategy
 from .dataset import Dataset, as_float_tensor
 from .devices import canonical_device
 
@@ -56,6 +57,19 @@ TREE_ERRORS = {
     9: "padding after the tree is not all zeros",
     10: "a field the node does not use is not 0",
 }
+
+
+_OPS = None
+
+
+def _ops():
+    """torch.ops.gprl, built and loaded on first use (kept here: the per-call path avoids an import)."""
+    global _OPS
+    if _OPS is None:
+        from .ops import ops
+
+        _OPS = ops
+    return _OPS
 
 
 def _arity_table(device: torch.device) -> torch.Tensor:
@@ -261,34 +275,38 @@ class Population:
         return self
 
     # ---- evaluation ----
-    def forward(self, X) -> torch.Tensor:
+    def forward(self, X, strategy: str | None = None) -> torch.Tensor:
         """Outputs of every tree.
 
         ``X[B, n_in]`` is shared by all trees; ``X[P, B, n_in]`` gives tree i its own rows ``X[i]`` (the
-        policy case). Returns ``[P, B, n_out]`` float32.
+        policy case). Returns ``[P, B, n_out]`` float32. ``strategy`` forces a CUDA evaluation strategy of
+        shared rows (``gprl.strategy``; default: the calibrated automatic choice); per-tree rows have one.
         """
-        from .ops import ops
-
+        ops = _ops()
         X = as_float_tensor(X, "X", self.device)
         if X.dim() not in (2, 3) or X.shape[-1] != self.n_in:
             raise ValueError(f"X must be [B, n_in] or [P, B, n_in] with n_in={self.n_in}, got {tuple(X.shape)}")
         if X.dim() == 3:
             if X.shape[0] != len(self):
                 raise ValueError(f"X is [P, B, n_in] with P={X.shape[0]} but the population has {len(self)} trees")
+            if strategy is not None and strategy != "auto":
+                raise ValueError(f"strategy={strategy!r}: per-tree rows X[P, B, n_in] have one evaluation mapping; "
+                                 "pass strategy=None or 'auto'")
             return ops.forward_batched(*self.tensors(), X, self.n_out, self.max_stack())
-        return ops.forward(*self.tensors(), X.t().contiguous(), self.n_out, self.max_stack())
+        sid = _strategy.choose("forward", strategy, X.device, len(self), X.shape[0], self.n_out)
+        return ops.forward(*self.tensors(), X.t().contiguous(), self.n_out, self.max_stack(), sid)
 
     __call__ = forward
 
-    def fitness(self, X, y=None, metric: str = "mse", weight=None) -> torch.Tensor:
+    def fitness(self, X, y=None, metric: str = "mse", weight=None, strategy: str | None = None) -> torch.Tensor:
         """Regression loss of every tree, [P] float32, without materialising predictions.
 
         Pass ``X[D, n_in]`` and ``y`` (``[D]`` or ``[D, n_out]``), or a prepared :class:`gprl.Dataset` as
         ``X`` (validated once: the fast path for repeated calls). Multi-output losses are the mean over
-        outputs; ``weight`` ([D], >= 0) weights rows.
+        outputs; ``weight`` ([D], >= 0) weights rows. ``strategy`` forces a CUDA evaluation strategy
+        (``gprl.strategy``; default: the calibrated automatic choice).
         """
-        from .ops import ops
-
+        ops = _ops()
         if metric not in METRICS:
             raise ValueError(f"metric must be one of {list(METRICS)}, got {metric!r}")
         if isinstance(X, Dataset):
@@ -308,7 +326,8 @@ class Population:
             raise ValueError(f"X must be [D, n_in] with n_in={self.n_in}, got {tuple(data.X.shape)}")
         if data.n_out != self.n_out:
             raise ValueError(f"y must be [D] or [D, n_out] with n_out={self.n_out}, got {tuple(data.y.shape)}")
-        return ops.fitness(*self.tensors(), data.Xt, data.yt, data.weight, METRICS[metric], self.max_stack())
+        sid = _strategy.choose("fitness", strategy, data.Xt.device, len(self), data.Xt.shape[1], data.yt.shape[0])
+        return ops.fitness(*self.tensors(), data.Xt, data.yt, data.weight, METRICS[metric], self.max_stack(), sid)
 
     # ---- persistence ----
     def save(self, path: str | os.PathLike) -> None:
