@@ -6,7 +6,7 @@ import reference as ref
 import torch
 
 import gprl
-from gprl import Population
+from gprl import Population, strategy
 from gprl.functions import BY_NAME
 
 pytestmark = pytest.mark.gpu
@@ -118,3 +118,140 @@ def test_malformed_tree_gives_nan_not_a_crash():
 def test_opcheck_cuda():
     from test_core_api import opcheck_all
     opcheck_all("cuda")
+
+
+# ---- evaluation strategies (gprl/strategy.py, kernels/strategy.h) ----
+FIT, FWD = strategy.names("fitness"), strategy.names("forward")
+
+
+def assert_close(actual, expected, what):
+    # <= 1e-5 relative; NaN positions must be equal (the protected functions make NaN rare on valid trees)
+    torch.testing.assert_close(actual.cpu(), expected, rtol=1e-5, atol=1e-6, equal_nan=True,
+                               msg=lambda e: f"{what}: {e}")
+
+
+def edge_trees(max_len: int, n_out: int) -> Population:
+    """A one-node variable tree, a one-node constant tree and a tree of exactly max_len nodes: sin over a
+    left-deep chain (the chain keeps (max_len - 2) / 2 + 1 values on the stack)."""
+    chain = left_deep_chain((max_len - 2) // 2, max_len)
+    kind, code, out, value, size = (x.clone().roll(1, dims=1) for x in chain.tensors())
+    kind[0, 0], code[0, 0], out[0, 0], value[0, 0], size[0, 0] = 3, BY_NAME["sin"].id, 0, 0.0, max_len
+    kind, code, out, value, size = (torch.cat([x, torch.zeros_like(x), torch.zeros_like(x)]) for x in
+                                    (kind, code, out, value, size))
+    kind[1, 0], code[1, 0], size[1, 0] = 1, 4, 1  # x4
+    kind[2, 0], value[2, 0], size[2, 0] = 2, 0.25, 1  # 0.25
+    pop = Population(kind, code, out, value, size, n_in=5, n_out=n_out).check()
+    assert int(pop.lengths()[0]) == max_len and int(pop.lengths()[1]) == 1
+    return pop
+
+
+def with_edges(P, n_out, max_len, depth, seed):
+    pop = Population.random(P, 5, n_out, max_len=max_len, max_depth=depth, functions=SMOOTH, output_prob=0.4,
+                            seed=seed)
+    return Population.cat([pop, edge_trees(max_len, n_out)])
+
+
+# (P, D, max_len, max_depth): D from 1 to 100_000, trees up to max_len 1024 (stacks past 256: 1 row per thread)
+STRATEGY_CASES = [(300, 1, 64, 5), (300, 37, 1024, 9), (257, 1000, 256, 8), (100, 5000, 1024, 9),
+                  (2100, 1000, 64, 6), (40, 100_000, 1024, 9)]
+
+
+@pytest.mark.parametrize("P,D,max_len,depth", STRATEGY_CASES)
+@pytest.mark.parametrize("n_out", [1, 3])
+def test_every_strategy_equals_cpu_and_is_deterministic(P, D, max_len, depth, n_out):
+    cpu = with_edges(P, n_out, max_len, depth, seed=D)
+    gpu = cpu.to("cuda")
+    X, y, w = torch.rand(D, 5) * 2 - 1, torch.randn(D, n_out), torch.rand(D) + 0.01
+    data, data_g = gprl.Dataset(X, y), gprl.Dataset(X, y, device="cuda")
+    wdata, wdata_g = gprl.Dataset(X, y, w), gprl.Dataset(X, y, w, device="cuda")
+    metrics = ("mse", "mae", "rmse")
+    expect = {m: cpu.fitness(data, metric=m) for m in metrics}
+    expect_w = cpu.fitness(wdata, metric="rmse")
+    for s in (None, *FIT):
+        if s == "warp" and n_out > 1:
+            with pytest.raises(ValueError, match="single-output"):
+                gpu.fitness(data_g, strategy=s)
+            with pytest.raises(RuntimeError, match="single-output"):
+                torch.ops.gprl.fitness(*gpu.tensors(), data_g.Xt, data_g.yt, None, 0, gpu.max_stack(), 1)
+            continue
+        for m in metrics:
+            a = gpu.fitness(data_g, metric=m, strategy=s)
+            assert torch.equal(a, gpu.fitness(data_g, metric=m, strategy=s)), (s, m)
+            assert_close(a, expect[m], f"fitness {s} {m}")
+        assert_close(gpu.fitness(wdata_g, metric="rmse", strategy=s), expect_w, f"fitness {s} weighted")
+    expect_y = cpu.forward(X)
+    Xg = X.cuda()
+    for s in (None, *FWD):
+        Y = gpu.forward(Xg, strategy=s)
+        assert torch.equal(Y, gpu.forward(Xg, strategy=s)), s
+        assert_close(Y, expect_y, f"forward {s}")
+
+
+@pytest.mark.parametrize("n_out", [17, 60, 200])
+def test_many_outputs_every_strategy(n_out):
+    # multi-output fitness keeps threads x rows x n_out floats in shared memory (96 KiB): a hybrid strategy
+    # over it is an error (Python and C++), auto falls back to fewer rows
+    cpu = Population.random(150, 4, n_out, max_len=128, max_depth=7, functions=SMOOTH, output_prob=0.6, seed=n_out)
+    gpu = cpu.to("cuda")
+    X, y = torch.rand(1500, 4) * 2 - 1, torch.randn(1500, n_out)
+    data_g = gprl.Dataset(X, y, device="cuda")
+    expect, expect_y = cpu.fitness(X, y), cpu.forward(X)
+    assert_close(gpu.fitness(data_g), expect, "fitness auto")
+    for s in FIT[1:]:
+        if strategy.unavailable("fitness", s, 1500, n_out):
+            with pytest.raises(ValueError, match="shared memory"):
+                gpu.fitness(data_g, strategy=s)
+            with pytest.raises(RuntimeError, match="shared memory"):
+                torch.ops.gprl.fitness(*gpu.tensors(), data_g.Xt, data_g.yt, None, 0, gpu.max_stack(),
+                                       strategy.IDS[s])
+        else:
+            assert_close(gpu.fitness(data_g, strategy=s), expect, f"fitness {s}")
+    for s in FWD:
+        assert_close(gpu.forward(X.cuda(), strategy=s), expect_y, f"forward {s}")
+
+
+def test_invalid_strategy_ids_raise_on_cuda():
+    _, pop = pair(50, 3, 1, seed=3)
+    Xt, yt = torch.rand(3, 70, device="cuda"), torch.rand(1, 70, device="cuda")
+    ops = torch.ops.gprl
+    for bad in (0, 5, 6, 7, -2, 1 << 40):
+        with pytest.raises(RuntimeError, match=r"valid ids: -1 \(auto\), 1 \(warp\)"):
+            ops.fitness(*pop.tensors(), Xt, yt, None, 0, pop.max_stack(), bad)
+    for bad in (0, 1, 5, -2):
+        with pytest.raises(RuntimeError, match=r"valid ids: -1 \(auto\), 2 \(hybrid_r1\)"):
+            ops.forward(*pop.tensors(), Xt, 1, pop.max_stack(), bad)
+    torch.cuda.synchronize()  # nothing was launched: the device is still fine
+    assert torch.isfinite(ops.fitness(*pop.tensors(), Xt, yt, None, 0, pop.max_stack(), 1)).all()
+
+
+def test_malformed_trees_give_nan_for_every_strategy():
+    pop = Population.from_expressions(["x0 + x1", "x0 * x1", "x1"], n_in=2, max_len=3).to("cuda")
+    pop.size[0, 0] = 2  # the add lacks a child
+    ops = torch.ops.gprl
+    Xt, yt = torch.ones(2, 70, device="cuda"), torch.zeros(1, 70, device="cuda")
+    for s in FIT:
+        sid = strategy.IDS[s]
+        f = ops.fitness(*pop.tensors(), Xt, yt, None, 0, 4, sid)
+        assert torch.isnan(f[0]) and f[1].item() == 1.0 and f[2].item() == 1.0, s
+        if s in FWD:
+            Y = ops.forward(*pop.tensors(), Xt, 1, 4, sid)
+            assert torch.isnan(Y[0]).all() and torch.equal(Y[2], torch.ones(70, 1, device="cuda")), s
+    torch.cuda.synchronize()
+
+
+def test_auto_choice_is_the_argmin_of_the_calibrated_table():
+    dev = torch.device("cuda", 0)
+    for op in strategy.OP_STRATEGIES:
+        m = strategy.model(dev, op)
+        assert m.has(op), f"calibrating {op} failed (see the warning)"
+        gp, gd = strategy.probe_grid(op)
+        for s, grid in m.tables[op]["seconds"].items():
+            for i, P in enumerate(gp):
+                for j, D in enumerate(gd):
+                    if P * D <= strategy.MAX_PROBE_WORK:
+                        assert grid[i][j] is not None and 0 < grid[i][j] < 10, (op, s, P, D)
+        assert set(m.tables[op]["output_factor"]) == set(strategy.names(op)) - {"warp"}
+        for P in (*gp, 128, 4096, 1 << 18):  # powers of two: their own P bucket's size
+            for D in (*gd, 1, 3, 37, 60, 392, 5000, 20_640, 100_000):
+                for n_out in (1, 3, 64):
+                    assert strategy.auto(op, dev, P, D, n_out) == m.best(op, P, D, n_out), (op, P, D, n_out)
