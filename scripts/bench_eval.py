@@ -3,6 +3,12 @@
 Random trees (ramped half-and-half), 8 inputs, {+, -, *, /, sin, cos, tan}; prints one JSON document.
     python scripts/bench_eval.py --device cuda
     python scripts/bench_eval.py --device cpu --pop 100 1000 --rows 60 392
+
+--strategies (CUDA): per cell, every fixed evaluation strategy (gprl.strategy) and the automatic choice;
+reports the best fixed one, the auto choice and auto/best (target: <= 1.1 everywhere). --op forward does the
+same for predictions over the shared rows:
+    python scripts/bench_eval.py --strategies
+    python scripts/bench_eval.py --strategies --op forward --pop 1000 10000 --rows 64 4096
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
 
 import torch
@@ -26,8 +33,9 @@ def device_name(device: str) -> str:
     return f"{platform.processor() or platform.machine()} ({torch.get_num_threads()} threads)"
 
 
-def time_call(fn, device: str, repeats: int, budget_s: float) -> float:
-    """Median seconds per call after a warm-up; stops early once the budget is spent."""
+def time_call(fn, device: str, repeats: int, budget_s: float, give_up: float = float("inf")) -> float:
+    """Median seconds per call after a warm-up; stops early once the budget is spent, or after one call
+    that took longer than `give_up` seconds (a strategy that has lost the cell anyway)."""
     fn()
     if device == "cuda":
         torch.cuda.synchronize()
@@ -45,9 +53,69 @@ def time_call(fn, device: str, repeats: int, budget_s: float) -> float:
             t0 = time.perf_counter()
             fn()
             times.append(time.perf_counter() - t0)
-        if time.perf_counter() - start > budget_s:
+        if time.perf_counter() - start > budget_s or times[0] > give_up:
             break
     return statistics.median(times)
+
+
+def back_to_back(fn, n: int) -> float:
+    """Wall seconds per call over n calls in a row (host overhead and kernels overlap, as in a GP loop)."""
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / n
+
+
+def strategy_cells(args, gen: torch.Generator) -> dict:
+    """Every fixed strategy and the automatic choice, per (P, D) cell."""
+    from gprl import strategy
+
+    dev = torch.device(args.device)
+    op = args.op
+    cached = op in strategy.load_tables(torch.cuda.get_device_name(dev))
+    t0 = time.perf_counter()
+    model = strategy.model(dev, op)  # calibrates on first use (unless cached)
+    calibration_s = time.perf_counter() - t0
+    cells = []
+    for P in args.pop:
+        pop = Population.random(P, 8, max_len=args.max_len, functions=FUNCTIONS, min_depth=args.min_depth,
+                                max_depth=args.max_depth, seed=gen, device=dev)
+        mean_size = float(pop.lengths().float().mean())
+        for D in args.rows:
+            if P * D > args.max_work or (op == "forward" and P * D > 1 << 28):  # forward: <= 1 GiB of outputs
+                continue
+            if op == "fitness":
+                data = Dataset(torch.rand(D, 8, generator=gen) * 2 - 1, torch.rand(D, generator=gen), device=dev)
+                call = lambda s, p=pop, d=data: p.fitness(d, strategy=s)
+            else:
+                X = (torch.rand(D, 8, generator=gen) * 2 - 1).to(dev)
+                call = lambda s, p=pop, x=X: p.forward(x, strategy=s)
+            auto = strategy.auto(op, dev, P, D) or "heuristic"
+            seconds = {"auto": time_call(lambda c=call: c(None), "cuda", args.repeats, args.budget)}
+            for s in strategy.names(op):
+                seconds[s] = time_call(lambda c=call, s=s: c(s), "cuda", args.repeats, args.budget,
+                                       give_up=8 * min(seconds.values()))
+            fixed = {s: t for s, t in seconds.items() if s != "auto"}
+            best = min(fixed, key=fixed.get)
+            cell = {"P": P, "D": D, "mean_size": round(mean_size, 2), "auto": auto, "best": best,
+                    "auto_over_best": round(seconds["auto"] / fixed[best], 3),
+                    "gpops_auto": P * mean_size * D / seconds["auto"],
+                    "seconds": seconds,
+                    "predicted_seconds": {s: model.predict(op, s, P, D, mean_len=mean_size)
+                                          for s in strategy.names(op)}
+                    if model.has(op) else None}
+            if seconds["auto"] < 1e-3:  # small cells: the per-call cost when calls run back to back
+                cell["back_to_back_seconds"] = back_to_back(lambda c=call: c(None), 300)
+            cells.append(cell)
+            print(f"P={P} D={D}: best {best} {fixed[best] * 1e6:.1f} us, auto {auto} "
+                  f"{seconds['auto'] * 1e6:.1f} us ({cell['auto_over_best']})", file=sys.stderr, flush=True)
+    return {"benchmark": f"{op}_strategies", "device": device_name(args.device), "torch": torch.__version__,
+            "functions": FUNCTIONS, "n_in": 8, "calibration_seconds": round(calibration_s, 3),
+            "calibration_cached": cached, "cells": cells,
+            "worst_auto_over_best": max((c["auto_over_best"] for c in cells), default=None)}
 
 
 def main() -> None:
@@ -63,8 +131,19 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=3.0, help="seconds per cell at most (after warm-up)")
     ap.add_argument("--max-work", type=float, default=float("inf"),
                     help="skip cells whose P*D exceeds this (for slow devices)")
+    ap.add_argument("--strategies", action="store_true",
+                    help="time every fixed evaluation strategy and the automatic choice per cell (CUDA)")
+    ap.add_argument("--op", choices=["fitness", "forward"], default="fitness",
+                    help="with --strategies: the op to time")
     args = ap.parse_args()
     gen = torch.Generator().manual_seed(0)
+    if args.strategies:
+        if args.device != "cuda":
+            ap.error("--strategies needs a CUDA device: strategies are CUDA mappings")
+        if "--budget" not in sys.argv:
+            args.budget = 0.3  # per strategy and cell
+        print(json.dumps(strategy_cells(args, gen), indent=1))
+        return
     results = []
     for P in args.pop:
         pop = Population.random(P, 8, max_len=args.max_len, functions=FUNCTIONS, min_depth=args.min_depth,
