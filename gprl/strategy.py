@@ -96,7 +96,8 @@ def unavailable(op: str, name: str, D: int, n_out: int) -> str | None:
         need = hybrid_threads(D, rows) * rows * n_out * 4
         if need > MULTI_OUTPUT_SMEM_LIMIT:
             return (f"strategy {name!r} needs {need} bytes of shared memory for {n_out} outputs, over the "
-                    f"{MULTI_OUTPUT_SMEM_LIMIT} byte limit; choose 'auto' or a hybrid strategy with fewer rows")
+                    f"{MULTI_OUTPUT_SMEM_LIMIT} byte limit; choose 'auto' (it falls back to fewer rows and threads)"
+                    + (" or a hybrid strategy with fewer rows per thread" if rows > 1 else ""))
     return None
 
 

@@ -1,4 +1,4 @@
-"""Runs every evaluation kernel path once on small inputs, for compute-sanitizer:
+"""Runs every evaluation kernel path (every strategy) once on small inputs, for compute-sanitizer:
 
     compute-sanitizer --tool memcheck python3 scripts/sanitize_eval.py
     compute-sanitizer --tool racecheck python3 scripts/sanitize_eval.py
@@ -12,21 +12,38 @@ ALL = list(gprl.functions.BY_NAME)
 
 
 def main() -> None:
-    dev = "cuda"
+    dev = "cuda"  # besides the automatic path, every call names its strategy: no calibration under the sanitizer
+    fit, fwd = gprl.strategy.names("fitness"), gprl.strategy.names("forward")
     for n_out, max_len in ((1, 64), (3, 64), (1, 1024)):
         pop = gprl.Population.random(300, 4, n_out, max_len=max_len, functions=ALL, max_depth=6, seed=n_out,
                                      output_prob=0.5, device=dev)
         for D in (1, 37, 700, 5000):  # warp path, block path with 1/2/4 rows per thread, a partial block
             X, y = torch.rand(D, 4, device=dev), torch.rand(D, n_out, device=dev)
-            pop.forward(X)
+            pop.forward(X, strategy="auto")
             for metric in ("mse", "mae", "rmse"):
-                pop.fitness(X, y, metric=metric)
-            pop.fitness(X, y, weight=torch.rand(D, device=dev))
+                pop.fitness(X, y, metric=metric, strategy="auto")
+            pop.fitness(X, y, weight=torch.rand(D, device=dev), strategy="auto")
+            for s in fwd:
+                pop.forward(X, strategy=s)
+            for s in fit:
+                if s == "warp" and n_out > 1:
+                    continue  # single-output only (an error, tested in tests/test_core_gpu.py)
+                pop.fitness(X, y, metric="mae", strategy=s)
+                pop.fitness(X, y, weight=torch.rand(D, device=dev), strategy=s)
         pop.forward(torch.rand(300, 5, 4, device=dev))
         pop.validate()
         pop.depths()
     big = gprl.Population.random(3000, 4, max_len=64, functions=ALL, seed=0, device=dev)  # warp path, many trees
-    big.fitness(torch.rand(200, 4, device=dev), torch.rand(200, device=dev))
+    big.fitness(torch.rand(200, 4, device=dev), torch.rand(200, device=dev), strategy="auto")
+    big.fitness(torch.rand(200, 4, device=dev), torch.rand(200, device=dev), strategy="warp")
+    big.fitness(torch.rand(5000, 4, device=dev), torch.rand(5000, device=dev), strategy="warp")  # data not staged
+    for n_out in (100, 200):  # per-thread output buffers in shared memory near their 96 KiB bound
+        wide = gprl.Population.random(64, 4, n_out, max_len=64, functions=ALL, seed=0, output_prob=0.5, device=dev)
+        X, y = torch.rand(300, 4, device=dev), torch.rand(300, n_out, device=dev)
+        wide.fitness(X, y, strategy="auto")  # 200: falls back to 32 threads of 1 row
+        for s in fit[1:]:
+            if gprl.strategy.unavailable("fitness", s, 300, n_out) is None:  # 100: hybrid_r1 only
+                wide.fitness(X, y, strategy=s)
     torch.cuda.synchronize()
     print("sanitize_eval: all kernel paths ran")
 
