@@ -101,7 +101,8 @@ void eval_chunk(const TreeView& t, const float* x, int64_t ld, int64_t n_in, int
       const float* c = ar >= 3 ? stack[sp - 3] : a;
       sp -= ar - 1;  // the result takes the last child's slot
       if (t.kind[i] & OUTPUT_FLAG) {  // Modi: the last child's value passes up (its slot is left as it is)
-        TORCH_CHECK(t.out[i] < n_out, "gprl: output index ", int(t.out[i]), " >= n_out ", n_out);
+        TORCH_CHECK(t.out[i] < n_out, "gprl: output index ", std::to_string(t.out[i]), " >= n_out ",
+                    std::to_string(n_out));
         float* v = s.modi();
         apply_rows(fn, n, a, b, c, v, s.tmp());
         emit(int(t.out[i]), v);
@@ -114,7 +115,8 @@ void eval_chunk(const TreeView& t, const float* x, int64_t ld, int64_t n_in, int
     }
     TORCH_CHECK(sp < max_stack, "gprl: evaluation stack overflow (max_stack too small)");
     if (k == VAR) {
-      TORCH_CHECK(t.code[i] >= 0 && t.code[i] < n_in, "gprl: variable index ", t.code[i], " >= n_in ", n_in);
+      TORCH_CHECK(t.code[i] >= 0 && t.code[i] < n_in, "gprl: variable index ", std::to_string(t.code[i]), " >= n_in ",
+                  std::to_string(n_in));
       stack[sp] = x + int64_t(t.code[i]) * ld;
     } else {  // CONST (PAD never lies inside a tree)
       float* dst = s.own(sp);

@@ -9,7 +9,7 @@ namespace gprl {
 
 void check_losses(const at::Tensor& loss, const at::Tensor& like, int64_t n, const char* name) {
   TORCH_CHECK(loss.dim() == 1 && loss.numel() == n && loss.scalar_type() == at::kFloat && loss.is_contiguous(),
-              "gprl: ", name, " must be a contiguous float32 [", n, "]");
+              "gprl: ", name, " must be a contiguous float32 [", std::to_string(n), "]");
   TORCH_CHECK(loss.device() == like.device(), "gprl: ", name, " must be on the population's device");
 }
 

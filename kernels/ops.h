@@ -1,5 +1,10 @@
 // Declarations shared by the op implementations: argument checks and the loss metrics.
 // Python validates user input first (gprl/population.py); these checks guard direct torch.ops calls.
+//
+// Numbers in error messages go through std::to_string, never through an ostream (TORCH_CHECK streams its
+// arguments): a toolchain that links its own static libstdc++ into the extension (the lent GPU machine's
+// /opt/gcc wrapper does) has an uninitialised locale there, and streaming a number crashes in num_put.
+// Messages made of strings only are safe.
 #pragma once
 #include <ATen/ATen.h>
 #include <torch/library.h>
@@ -50,8 +55,8 @@ inline GenParams generate_params(const at::Tensor& weights, int64_t max_len, int
                                  double const_prob, double const_low, double const_high, double output_prob,
                                  int64_t seed) {
   TORCH_CHECK(weights.numel() == NUM_FUNCTIONS && weights.scalar_type() == at::kFloat,
-              "gprl: function weights must be float32 [", int(NUM_FUNCTIONS), "]");
-  TORCH_CHECK(max_depth <= MAX_GEN_DEPTH, "gprl: max_depth must be <= ", MAX_GEN_DEPTH);
+              "gprl: function weights must be float32 [", std::to_string(NUM_FUNCTIONS), "]");
+  TORCH_CHECK(max_depth <= MAX_GEN_DEPTH, "gprl: max_depth must be <= ", std::to_string(MAX_GEN_DEPTH));
   return {int(max_len), int(n_in), int(n_out), int(method), int(min_depth), int(max_depth), float(leaf_prob),
           float(const_prob), float(const_low), float(const_high), float(output_prob), uint64_t(seed)};
 }

@@ -372,7 +372,7 @@ using Int = std::integral_constant<int, V>;
 // per thread to keep the local-memory stack small.
 template <typename Fn>
 void with_stack(int64_t need, int rows, Fn&& f) {
-  TORCH_CHECK(need <= 4096, "gprl: evaluation stack of ", need, " exceeds 4096");
+  TORCH_CHECK(need <= 4096, "gprl: evaluation stack of ", std::to_string(need), " exceeds 4096");
   if (need > 256) {
     if (need <= 1024) f(Int<1>(), Int<1024>());
     else f(Int<1>(), Int<4096>());
@@ -513,9 +513,11 @@ at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at
   // is large; a hybrid strategy keeps its rows, so one that does not fit is an error.
   const size_t multi_bytes = size_t(threads) * rows * n_out * 4;
   if (multi && multi_bytes > MULTI_OUTPUT_SMEM_LIMIT) {
-    TORCH_CHECK(strategy == STRATEGY_AUTO, "gprl: strategy ", strategy, " (", rows, " rows per thread, ", threads,
-                " threads) needs ", multi_bytes, " bytes of shared memory for n_out=", n_out, " outputs, over the ",
-                MULTI_OUTPUT_SMEM_LIMIT, " byte limit; use -1 (auto) or a hybrid strategy with fewer rows per thread");
+    TORCH_CHECK(strategy == STRATEGY_AUTO, "gprl: strategy ", std::to_string(strategy), " (",
+                std::to_string(rows), " rows per thread, ", std::to_string(threads), " threads) needs ",
+                std::to_string(multi_bytes), " bytes of shared memory for n_out=", std::to_string(n_out),
+                " outputs, over the ", std::to_string(MULTI_OUTPUT_SMEM_LIMIT),
+                " byte limit; use -1 (auto) or a hybrid strategy with fewer rows per thread");
     rows = 1;
     threads = WARP;
   }

@@ -33,10 +33,11 @@ def device_name(device: str) -> str:
     return f"{platform.processor() or platform.machine()} ({torch.get_num_threads()} threads)"
 
 
-def time_call(fn, device: str, repeats: int, budget_s: float, give_up: float = float("inf")) -> float:
-    """Median seconds per call after a warm-up; stops early once the budget is spent, or after one call
-    that took longer than `give_up` seconds (a strategy that has lost the cell anyway)."""
-    fn()
+def time_call(fn, device: str, repeats: int, budget_s: float, warm_up: bool = True) -> float:
+    """Median seconds per call (after a warm-up call unless warm_up=False); stops early once the budget is
+    spent."""
+    if warm_up:
+        fn()
     if device == "cuda":
         torch.cuda.synchronize()
     times = []
@@ -53,9 +54,30 @@ def time_call(fn, device: str, repeats: int, budget_s: float, give_up: float = f
             t0 = time.perf_counter()
             fn()
             times.append(time.perf_counter() - t0)
-        if time.perf_counter() - start > budget_s or times[0] > give_up:
+        if time.perf_counter() - start > budget_s:
             break
     return statistics.median(times)
+
+
+def time_interleaved(calls: dict, repeats: int, budget_s: float) -> dict:
+    """Median seconds per call of each CUDA call, timed in rounds (one call of each per round) so that clock
+    and memory-pool drift falls on all of them alike; after the first round, a call slower than 8x the
+    fastest (it has lost the cell anyway) is dropped with its first time."""
+    for fn in calls.values():  # one warm-up call each
+        fn()
+    torch.cuda.synchronize()
+    times = {name: [] for name in calls}
+    live = dict(calls)
+    start = time.perf_counter()
+    for r in range(repeats):
+        for name, fn in live.items():
+            times[name].append(time_call(fn, "cuda", 1, float("inf"), warm_up=False))
+        if r == 0:
+            fastest = min(t[0] for t in times.values())
+            live = {n: fn for n, fn in live.items() if times[n][0] <= 8 * fastest}
+        if time.perf_counter() - start > budget_s:
+            break
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def back_to_back(fn, n: int) -> float:
@@ -94,10 +116,8 @@ def strategy_cells(args, gen: torch.Generator) -> dict:
                 X = (torch.rand(D, 8, generator=gen) * 2 - 1).to(dev)
                 call = lambda s, p=pop, x=X: p.forward(x, strategy=s)
             auto = strategy.auto(op, dev, P, D) or "heuristic"
-            seconds = {"auto": time_call(lambda c=call: c(None), "cuda", args.repeats, args.budget)}
-            for s in strategy.names(op):
-                seconds[s] = time_call(lambda c=call, s=s: c(s), "cuda", args.repeats, args.budget,
-                                       give_up=8 * min(seconds.values()))
+            calls = {"auto": lambda c=call: c(None)} | {s: lambda c=call, s=s: c(s) for s in strategy.names(op)}
+            seconds = time_interleaved(calls, args.repeats, args.budget)
             fixed = {s: t for s, t in seconds.items() if s != "auto"}
             best = min(fixed, key=fixed.get)
             cell = {"P": P, "D": D, "mean_size": round(mean_size, 2), "auto": auto, "best": best,
@@ -141,7 +161,7 @@ def main() -> None:
         if args.device != "cuda":
             ap.error("--strategies needs a CUDA device: strategies are CUDA mappings")
         if "--budget" not in sys.argv:
-            args.budget = 0.3  # per strategy and cell
+            args.budget = 1.5  # per cell, over all its strategies
         print(json.dumps(strategy_cells(args, gen), indent=1))
         return
     results = []

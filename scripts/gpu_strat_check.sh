@@ -33,16 +33,16 @@ PY
 # 2. calibration.json: the cached tables
 cp "$GPRL_CACHE"/strategy/*.json "$OUT/calibration.json" 2>/dev/null
 
-# 3. gpu_tests.log: every GPU test, then the CPU-side strategy tests
+# 3. gpu_tests.log: every GPU test, then the CPU-side strategy and op-check tests (this machine's toolchain)
 timeout "$(budget 240 90)" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_core_gpu.py 2>&1 \
   | tee "$OUT/gpu_tests.log" | tail -n 25
-timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_core_strategy.py 2>&1 | tee -a "$OUT/gpu_tests.log" \
+timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_core_strategy.py tests/test_core_api.py 2>&1 | tee -a "$OUT/gpu_tests.log" \
   | tail -n 3
 echo "time left: $(left) s"
 
 # 4-7. benchmarks (stderr of all into bench.err)
 timeout "$(budget 150 60)" python3 scripts/bench_eval.py --strategies \
-  --pop 100 1000 10000 100000 --rows 60 392 20640 100000 > "$OUT/bench_strategies.json" 2> "$OUT/bench.err"
+  --pop 100 1000 10000 100000 1000000 --rows 60 392 20640 100000 --max-work 3e10 > "$OUT/bench_strategies.json" 2> "$OUT/bench.err"
 timeout "$(budget 110 30)" python3 scripts/bench_eval.py --strategies --op forward --pop 100 1000 10000 \
   --rows 60 392 20640 > "$OUT/bench_forward.json" 2>> "$OUT/bench.err"
 timeout "$(budget 70 30)" python3 scripts/bench_eval.py --device cuda > "$OUT/bench_default.json" 2>> "$OUT/bench.err"

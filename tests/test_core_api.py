@@ -166,6 +166,21 @@ def test_bad_input_names_the_argument():
             pop.forward(torch.zeros(3, 3, device="cuda"))
 
 
+def test_kernel_errors_with_numbers_reach_python():
+    # the ops' own checks (direct torch.ops calls) format numbers into their messages; on a toolchain that
+    # links a private libstdc++ into the extension, streaming a number crashed (kernels/ops.h)
+    ops = torch.ops.gprl
+    with pytest.raises(RuntimeError, match="max_depth must be <= 64"):
+        ops.generate(torch.ones(len(BY_NAME)), 10, 32, 3, 1, 2, 1, 99, 0.3, 0.2, -1.0, 1.0, 0.0, 1)
+    with pytest.raises(RuntimeError, match=rf"function weights must be float32 \[{len(BY_NAME)}\]"):
+        ops.generate(torch.ones(3), 10, 32, 3, 1, 2, 1, 4, 0.3, 0.2, -1.0, 1.0, 0.0, 1)
+    pop = Population.random(50, 3, 2, max_len=32, output_prob=0.5, seed=0)
+    with pytest.raises(RuntimeError, match=r"variable index [12] >= n_in 1"):
+        ops.forward(*pop.tensors(), torch.randn(1, 8), 2, pop.max_stack())
+    with pytest.raises(RuntimeError, match=r"output index 1 >= n_out 1"):
+        ops.forward(*pop.tensors(), torch.randn(3, 8), 1, pop.max_stack())
+
+
 def test_ten_bytes_per_node():
     pop = Population.random(4, 2, max_len=512, seed=0)
     assert sum(t.element_size() for t in pop.tensors()) == 10
