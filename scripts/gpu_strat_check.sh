@@ -65,8 +65,9 @@ for name in ("bench_strategies.json", "bench_forward.json"):
         print(name, "unreadable:", e)
         continue
     print(f"\n{doc['benchmark']} on {doc['device']} (calibration {doc['calibration_seconds']} s, "
-          f"cached={doc['calibration_cached']}); worst auto/best = {doc['worst_auto_over_best']}")
-    print(f"{'P':>7} {'D':>7} | {'best fixed':>10} {'us':>9} | {'auto':>10} {'us':>9} {'ratio':>6} | "
+          f"cached={doc['calibration_cached']}); worst auto/best = {doc['worst_auto_over_best']}, "
+          f"worst picked-fixed/best = {doc['worst_pick_over_best']}")
+    print(f"{'P':>7} {'D':>7} | {'best fixed':>10} {'us':>9} | {'auto':>10} {'us':>9} {'ratio':>6} {'pick':>6} | "
           f"{'GPops/s':>8} {'b2b us':>7} | model's pick")
     for c in doc["cells"]:
         s = c["seconds"]
@@ -74,7 +75,7 @@ for name in ("bench_strategies.json", "bench_forward.json"):
         pick = min(pred, key=pred.get) if pred else "-"
         b2b = f"{c['back_to_back_seconds'] * 1e6:7.1f}" if "back_to_back_seconds" in c else "      -"
         print(f"{c['P']:>7} {c['D']:>7} | {c['best']:>10} {s[c['best']] * 1e6:9.1f} | {c['auto']:>10} "
-              f"{s['auto'] * 1e6:9.1f} {c['auto_over_best']:6.2f} | {c['gpops_auto']:8.2e} {b2b} | {pick}")
+              f"{s['auto'] * 1e6:9.1f} {c['auto_over_best']:6.2f} {c['pick_over_best']:6.2f} | {c['gpops_auto']:8.2e} {b2b} | {pick}")
     print("all strategies (us):", json.dumps([{"P": c["P"], "D": c["D"]} | {k: round(v * 1e6, 1) for k, v in
                                               c["seconds"].items()} for c in doc["cells"]])[:4000])
 try:
