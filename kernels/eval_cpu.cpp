@@ -115,8 +115,8 @@ void eval_chunk(const TreeView& t, const float* x, int64_t ld, int64_t n_in, int
     }
     TORCH_CHECK(sp < max_stack, "gprl: evaluation stack overflow (max_stack too small)");
     if (k == VAR) {
-      TORCH_CHECK(t.code[i] >= 0 && t.code[i] < n_in, "gprl: variable index ", std::to_string(t.code[i]), " >= n_in ",
-                  std::to_string(n_in));
+      TORCH_CHECK(t.code[i] >= 0 && t.code[i] < n_in, "gprl: variable index ", std::to_string(t.code[i]),
+                  " >= n_in ", std::to_string(n_in));
       stack[sp] = x + int64_t(t.code[i]) * ld;
     } else {  // CONST (PAD never lies inside a tree)
       float* dst = s.own(sp);

@@ -35,14 +35,15 @@ constexpr size_t MULTI_OUTPUT_SMEM_LIMIT = 96 * 1024;
 inline void check_strategy(int64_t s, bool fitness, int64_t n_out) {
   if (fitness) {
     TORCH_CHECK(s == STRATEGY_AUTO || (s >= STRATEGY_WARP && s <= STRATEGY_HYBRID_R4), "gprl: strategy ",
-                std::to_string(s), " is not a strategy of fitness; valid ids: -1 (auto), 1 (warp), 2 (hybrid_r1), 3 (hybrid_r2), "
-                "4 (hybrid_r4)");
-    TORCH_CHECK(s != STRATEGY_WARP || n_out == 1, "gprl: strategy 1 (warp) evaluates single-output trees only, "
-                "got n_out=", std::to_string(n_out), "; valid ids for n_out > 1: -1 (auto), 2 (hybrid_r1), 3 (hybrid_r2), "
-                "4 (hybrid_r4)");
+                std::to_string(s), " is not a strategy of fitness; valid ids: -1 (auto), 1 (warp), 2 (hybrid_r1), ",
+                "3 (hybrid_r2), 4 (hybrid_r4)");
+    TORCH_CHECK(s != STRATEGY_WARP || n_out == 1, "gprl: strategy 1 (warp) evaluates single-output trees only, ",
+                "got n_out=", std::to_string(n_out), "; valid ids for n_out > 1: -1 (auto), 2 (hybrid_r1), ",
+                "3 (hybrid_r2), 4 (hybrid_r4)");
   } else {
     TORCH_CHECK(s == STRATEGY_AUTO || (s >= STRATEGY_HYBRID_R1 && s <= STRATEGY_HYBRID_R4), "gprl: strategy ",
-                std::to_string(s), " is not a strategy of forward; valid ids: -1 (auto), 2 (hybrid_r1), 3 (hybrid_r2), 4 (hybrid_r4)");
+                std::to_string(s), " is not a strategy of forward; valid ids: -1 (auto), 2 (hybrid_r1), ",
+                "3 (hybrid_r2), 4 (hybrid_r4)");
   }
 }
 

@@ -10,7 +10,8 @@ inline VaryParams vary_params(int64_t max_len, int64_t n_in, int64_t n_out, int6
                               int64_t subtree_depth, double xo_leaf_prob, double multi_prob, double const_sigma,
                               double const_prob, double const_low, double const_high, double output_prob,
                               double leaf_prob, int64_t seed) {
-  TORCH_CHECK(max_depth >= 0 && max_depth <= MAX_GEN_DEPTH, "gprl: max_depth must be in 0..", std::to_string(MAX_GEN_DEPTH));
+  TORCH_CHECK(max_depth >= 0 && max_depth <= MAX_GEN_DEPTH, "gprl: max_depth must be in 0..",
+              std::to_string(MAX_GEN_DEPTH));
   TORCH_CHECK(subtree_depth >= 0 && subtree_depth <= MAX_GEN_DEPTH, "gprl: subtree_depth must be in 0..",
               std::to_string(MAX_GEN_DEPTH));
   return VaryParams{int(max_len), int(n_in), int(n_out), int(max_depth), int(subtree_depth), float(xo_leaf_prob),
@@ -32,8 +33,7 @@ inline void check_vary_args(const at::Tensor& kind, const at::Tensor& dkind, con
               "gprl: op/node/donor_node must be int32");
   TORCH_CHECK(weights.numel() == NUM_FUNCTIONS && weights.scalar_type() == at::kFloat &&
               weights.device() == kind.device(), "gprl: function weights must be float32 [",
-              std::to_string(NUM_FUNCTIONS),
-              "] on the population's device");
+              std::to_string(NUM_FUNCTIONS), "] on the population's device");
   TORCH_CHECK(kind.size(0) > 0 || N == 0, "gprl: children need at least one parent");
   TORCH_CHECK(dkind.device() == kind.device(), "gprl: donors must be on the population's device");
 }
