@@ -124,9 +124,9 @@ def test_opcheck_cuda():
 FIT, FWD = strategy.names("fitness"), strategy.names("forward")
 
 
-def assert_close(actual, expected, what):
+def assert_close(actual, expected, what, atol=1e-6):
     # <= 1e-5 relative; NaN positions must be equal (the protected functions make NaN rare on valid trees)
-    torch.testing.assert_close(actual.cpu(), expected, rtol=1e-5, atol=1e-6, equal_nan=True,
+    torch.testing.assert_close(actual.cpu(), expected, rtol=1e-5, atol=atol, equal_nan=True,
                                msg=lambda e: f"{what}: {e}")
 
 
@@ -161,7 +161,9 @@ STRATEGY_CASES = [(300, 1, 64, 5), (300, 37, 1024, 9), (257, 1000, 256, 8), (100
 def test_every_strategy_equals_cpu_and_is_deterministic(P, D, max_len, depth, n_out):
     cpu = with_edges(P, n_out, max_len, depth, seed=D)
     gpu = cpu.to("cuda")
-    X, y, w = torch.rand(D, 5) * 2 - 1, torch.randn(D, n_out), torch.rand(D) + 0.01
+    g = torch.Generator().manual_seed(D)  # torch's default generator is seeded anew in every process
+    X, y = torch.rand(D, 5, generator=g) * 2 - 1, torch.randn(D, n_out, generator=g)
+    w = torch.rand(D, generator=g) + 0.01
     data, data_g = gprl.Dataset(X, y), gprl.Dataset(X, y, device="cuda")
     wdata, wdata_g = gprl.Dataset(X, y, w), gprl.Dataset(X, y, w, device="cuda")
     metrics = ("mse", "mae", "rmse")
@@ -181,10 +183,14 @@ def test_every_strategy_equals_cpu_and_is_deterministic(P, D, max_len, depth, n_
         assert_close(gpu.fitness(wdata_g, metric="rmse", strategy=s), expect_w, f"fitness {s} weighted")
     expect_y = cpu.forward(X)
     Xg = X.cuda()
+    # Trees of up to 1,024 nodes: the CPU's and CUDA's sin/exp/... differ by ulps, which add up along the
+    # chain; a prediction that cancels to ~1e-3 keeps the absolute error of its unit-sized operands (seen on
+    # the H100: 1.8e-6 on one of 1.5 M predictions), so absolute 1e-5 there.
+    atol = 1e-5 if max_len > 256 else 1e-6
     for s in (None, *FWD):
         Y = gpu.forward(Xg, strategy=s)
         assert torch.equal(Y, gpu.forward(Xg, strategy=s)), s
-        assert_close(Y, expect_y, f"forward {s}")
+        assert_close(Y, expect_y, f"forward {s}", atol=atol)
 
 
 @pytest.mark.parametrize("n_out", [17, 60, 200])
