@@ -59,19 +59,6 @@ TREE_ERRORS = {
 }
 
 
-_OPS = None
-
-
-def _ops():
-    """torch.ops.gprl, built and loaded on first use (kept here: the per-call path avoids an import)."""
-    global _OPS
-    if _OPS is None:
-        from .ops import ops
-
-        _OPS = ops
-    return _OPS
-
-
 def _arity_table(device: torch.device) -> torch.Tensor:
     return torch.tensor(F.ARITY, dtype=torch.int32, device=device)
 
@@ -282,7 +269,8 @@ class Population:
         policy case). Returns ``[P, B, n_out]`` float32. ``strategy`` forces a CUDA evaluation strategy of
         shared rows (``gprl.strategy``; default: the calibrated automatic choice); per-tree rows have one.
         """
-        ops = _ops()
+        from .ops import ops
+
         X = as_float_tensor(X, "X", self.device)
         if X.dim() not in (2, 3) or X.shape[-1] != self.n_in:
             raise ValueError(f"X must be [B, n_in] or [P, B, n_in] with n_in={self.n_in}, got {tuple(X.shape)}")
@@ -306,7 +294,8 @@ class Population:
         outputs; ``weight`` ([D], >= 0) weights rows. ``strategy`` forces a CUDA evaluation strategy
         (``gprl.strategy``; default: the calibrated automatic choice).
         """
-        ops = _ops()
+        from .ops import ops
+
         if metric not in METRICS:
             raise ValueError(f"metric must be one of {list(METRICS)}, got {metric!r}")
         if isinstance(X, Dataset):

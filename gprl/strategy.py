@@ -61,8 +61,7 @@ MAX_PROBE_WORK = 1 << 24
 PROBE_FUNCTIONS = ("add", "sub", "mul", "div", "sin", "cos", "tan")  # scripts/bench_eval.py's set
 # Multi-output cost: each strategy is also timed with PROBE_OUTPUTS outputs on a few (P, D) cells.
 PROBE_OUTPUTS = 4
-OUTPUT_CELLS = {"fitness": ((1024, 64), (1024, 4096), (16384, 64), (16384, 512)),
-                "forward": ((1024, 64), (1024, 4096), (16384, 64), (16384, 512))}
+OUTPUT_CELLS = ((1024, 64), (1024, 4096), (16384, 64), (16384, 512))
 CACHE_FORMAT = 1
 
 # time_fn(op, strategy, P, D, n_out, limit) -> seconds per call (None: the strategy failed)
@@ -209,10 +208,6 @@ def _filled_log(gp: Sequence[int], gd: Sequence[int], grid: list[list]) -> list[
     return [[math.log(v) if v is not None else math.inf for v in row] for row in t]
 
 
-def probe_grid(op: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    return PROBE_P, PROBE_D
-
-
 def calibrate(op: str, time_fn: TimeFn, mean_len: float = 27.0, grid=None,
               max_work: int = MAX_PROBE_WORK) -> dict:
     """Times every strategy of `op` on the probe grid and returns its table (see :class:`CostModel`).
@@ -220,36 +215,34 @@ def calibrate(op: str, time_fn: TimeFn, mean_len: float = 27.0, grid=None,
     ``time_fn(op, strategy, P, D, n_out, limit)`` returns seconds per call; once a first call takes longer
     than ``limit`` seconds it may stop refining (the strategy has lost that cell anyway).
     """
-    gp, gd = grid or probe_grid(op)
+    gp, gd = grid or (PROBE_P, PROBE_D)
     seconds = {s: [[None] * len(gd) for _ in gp] for s in OP_STRATEGIES[op]}
     for i, P in enumerate(gp):
         for j, D in enumerate(gd):
             if P * D <= max_work:
-                _time_cell(op, time_fn, P, D, 1, {s: row[i] for s, row in seconds.items()}, j)
+                for s, t in _time_cell(op, time_fn, P, D, 1).items():
+                    seconds[s][i][j] = t
     ratios: dict[str, list[float]] = {s: [] for s in OP_STRATEGIES[op]}
-    for P, D in OUTPUT_CELLS[op]:
-        single, multi = {s: [None] for s in ratios}, {s: [None] for s in ratios}
-        _time_cell(op, time_fn, P, D, 1, single, 0)
-        _time_cell(op, time_fn, P, D, PROBE_OUTPUTS, multi, 0)
+    for P, D in OUTPUT_CELLS:
+        single, multi = _time_cell(op, time_fn, P, D, 1), _time_cell(op, time_fn, P, D, PROBE_OUTPUTS)
         for s, rs in ratios.items():
-            if single[s][0] and multi[s][0]:
-                rs.append(multi[s][0] / single[s][0])
+            if single[s] and multi[s]:
+                rs.append(multi[s] / single[s])
     factor = {s: math.exp(statistics.fmean(math.log(r) for r in rs)) for s, rs in ratios.items() if rs}
     return {"P": list(gp), "D": list(gd), "mean_len": mean_len, "seconds": seconds, "n_out": PROBE_OUTPUTS,
             "output_factor": factor}
 
 
-def _time_cell(op: str, time_fn: TimeFn, P: int, D: int, n_out: int, out: dict[str, list], j: int) -> None:
-    """Times every strategy available on one cell into out[strategy][j] (None: unavailable or failed)."""
+def _time_cell(op: str, time_fn: TimeFn, P: int, D: int, n_out: int) -> dict[str, float | None]:
+    """Seconds per call of every strategy on one cell (None: unavailable or failed)."""
+    times: dict[str, float | None] = {}
     best = math.inf
     for s in reversed(OP_STRATEGIES[op]):  # block mappings first: their time lets a slow warp mapping stop early
-        if unavailable(op, s, D, n_out) is not None:
-            out[s][j] = None
-            continue
-        t = time_fn(op, s, P, D, n_out, 4 * best)
-        out[s][j] = t
+        t = None if unavailable(op, s, D, n_out) is not None else time_fn(op, s, P, D, n_out, 4 * best)
+        times[s] = t
         if t is not None:
             best = min(best, t)
+    return times
 
 
 # ---- calibration on a CUDA device ----
@@ -263,10 +256,8 @@ class _Probes:
         kw = {"functions": list(PROBE_FUNCTIONS), "min_depth": 3, "max_depth": 8, "max_len": 256, "seed": 0,
               "device": device}
         self.pops = {1: Population.random(max(PROBE_P), 8, **kw),
-                     PROBE_OUTPUTS: Population.random(max(P for c in OUTPUT_CELLS.values() for P, _ in c), 8,
-                                                      PROBE_OUTPUTS, **kw)}
-        self.pop = self.pops[1]
-        self.mean_len = float(self.pop.lengths().float().mean())
+                     PROBE_OUTPUTS: Population.random(max(P for P, _ in OUTPUT_CELLS), 8, PROBE_OUTPUTS, **kw)}
+        self.mean_len = float(self.pops[1].lengths().float().mean())
         self.stack = max(p.max_stack() for p in self.pops.values())
         self.X = (torch.rand(max(PROBE_D), 8, generator=gen) * 2 - 1).to(device)
         self.y = torch.rand(PROBE_OUTPUTS, max(PROBE_D), generator=gen).to(device)

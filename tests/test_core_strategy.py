@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import gprl
-from gprl import Population, population, strategy
+import gprl.ops
+from gprl import Population, strategy
 from gprl.strategy import IDS, PROBE_D, PROBE_P, CostModel, calibrate, names
 
 CUDA0 = torch.device("cuda", 0)  # a device object only: nothing here touches a GPU
@@ -124,8 +125,9 @@ class Spy:
 
 def test_overrides_reach_the_ops(monkeypatch):
     pop, data, X = small_problem()
+    multi = Population.random(30, 3, 2, max_len=32, seed=0)
     spy = Spy()
-    monkeypatch.setattr(population, "_OPS", spy)
+    monkeypatch.setattr(gprl.ops, "ops", spy)  # Population's calls look torch.ops.gprl up here
     Xb = X[None].expand(30, -1, -1)
     pop.fitness(data)
     pop.forward(X)
@@ -142,7 +144,6 @@ def test_overrides_reach_the_ops(monkeypatch):
     pop.fitness(data)
     pop.forward(X)
     pop.fitness(data, strategy="hybrid_r1")  # the call's argument wins
-    multi = Population.random(30, 3, 2, max_len=32, seed=0)
     multi.fitness(X, torch.rand(50, 2))  # warp has one output: automatic
     gprl.set_strategy("hybrid_r2")
     pop.forward(X)
@@ -183,7 +184,7 @@ def test_environment_variable_sets_the_global_strategy():
 def test_model_reproduces_probes_and_picks_the_argmin():
     for op in ("fitness", "forward"):
         m = CostModel({op: calibrate(op, fake_time_fn)})
-        gp, gd = strategy.probe_grid(op)
+        gp, gd = strategy.PROBE_P, strategy.PROBE_D
         for P in gp:
             for D in gd:
                 if P * D > strategy.MAX_PROBE_WORK:
@@ -314,7 +315,7 @@ def test_probe_workloads_run_every_strategy(monkeypatch):
     # right shape; a wall-clock timer gives a complete table
     monkeypatch.setattr(strategy, "PROBE_P", (4, 16))
     monkeypatch.setattr(strategy, "PROBE_D", (3, 40))
-    monkeypatch.setattr(strategy, "OUTPUT_CELLS", {op: ((16, 5),) for op in strategy.OP_STRATEGIES})
+    monkeypatch.setattr(strategy, "OUTPUT_CELLS", ((16, 5),))
     probes = strategy._Probes(torch.device("cpu"))
     assert 5 < probes.mean_len < 60
 
