@@ -2,9 +2,9 @@
 # Evaluation strategies on the lent GPU machine (offline; torch and nvcc preinstalled): build the kernels,
 # run the GPU tests (tests/test_core_gpu.py: every strategy against the CPU), calibrate the strategy cost
 # model from scratch (timed), time every strategy against the automatic choice (bench_eval --strategies for
-# fitness and forward), the default SR-fitness benchmark (peak throughput must match main's kernels: the
-# strategies only pick launches) and compute-sanitizer memcheck of every strategy (scripts/sanitize_eval.py).
-# About 9 minutes. Logs go to $OUT (default ./gpu_out; 8 files). Usage: bash scripts/gpu_strat_check.sh
+# fitness and forward), the default SR-fitness benchmark (the peak throughput: the strategies only
+# pick launches, so it must not drop) and compute-sanitizer memcheck of every strategy (scripts/sanitize_eval.py).
+# About 4 minutes on an H100, build included. Logs go to $OUT (default ./gpu_out; 8 files). Usage: bash scripts/gpu_strat_check.sh
 set -uo pipefail
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE:-/tmp/gprl_cache}
@@ -82,7 +82,7 @@ try:
     doc = json.loads((out / "bench_default.json").read_text())
     peak = max(doc["results"], key=lambda r: r["gpops"])
     print(f"\ndefault sr_fitness (built-in heuristic) on {doc['device']}: peak {peak['gpops']:.3g} GPops/s "
-          f"at P={peak['P']} D={peak['D']} (compare main's kernels on the same device)")
+          f"at P={peak['P']} D={peak['D']} (compare the README's table, same device)")
 except Exception as e:
     print("bench_default.json unreadable:", e)
 print("\nbench stderr tail:\n" + "".join((out / "bench.err").read_text().splitlines(True)[-5:]))
