@@ -9,13 +9,18 @@ A strategy names which of the CUDA evaluation kernels (``kernels/ops_cuda.cu``) 
 ``hybrid_r1``  one block per (tree, segment of rows), the tree staged per block, 1 row per thread
 ``hybrid_r2``  the same with 2 rows per thread
 ``hybrid_r4``  the same with 4 rows per thread (large datasets)
+``level``      one block per (tree, segment of up to 64 rows) evaluating one depth level of the tree at a
+               time, every node of the level for every row at once: a tree costs as many dependent steps
+               as it is deep, not as it is long (few trees, few rows: the latency of the longest tree)
 =============  ==========================================================================================
 
-``fitness`` takes all four, ``forward`` the three ``hybrid_*``; ``forward_batched`` has one mapping. Every
-strategy runs the same interpreter on every row, so the choice is about speed only (fused losses differ only
-in the fixed order of their sums). Trees that need an evaluation stack deeper than 256 run 1 row per thread
-under every hybrid strategy, and multi-output ``fitness`` is limited to ``threads * rows * n_out * 4`` bytes
-of shared memory (96 KiB): a hybrid strategy over it is unavailable (the built-in heuristic falls back).
+``fitness`` takes all five, ``forward`` all but ``warp``; ``forward_batched`` has one mapping. Every
+strategy applies the same node functions to the same operands, so the choice is about speed only (fused
+losses differ only in the fixed order of their sums). Trees that need an evaluation stack deeper than 256
+run 1 row per thread under every hybrid strategy; multi-output ``fitness`` is limited to
+``threads * rows * n_out * 4`` bytes of shared memory (96 KiB): a hybrid strategy over it is unavailable
+(the built-in heuristic falls back); ``level`` keeps ~32 bytes per node slot, plus 4 per node slot and row,
+in shared memory and takes ``max_len`` up to 1024 (it fits every GPU with 64 KiB of shared memory per block).
 
 Which one runs (first match wins): the call's ``strategy=`` argument; :func:`set_strategy` (initially the
 ``GPRL_STRATEGY`` environment variable; it applies to the calls that can run that strategy); else ``auto``.
@@ -43,13 +48,14 @@ from collections.abc import Callable, Sequence
 import torch
 
 AUTO = -1
-IDS = {"warp": 1, "hybrid_r1": 2, "hybrid_r2": 3, "hybrid_r4": 4}  # kernels/strategy.h (0 is kept free)
+IDS = {"warp": 1, "hybrid_r1": 2, "hybrid_r2": 3, "hybrid_r4": 4, "level": 5}  # kernels/strategy.h (0 is free)
 OP_STRATEGIES = {
-    "fitness": ("warp", "hybrid_r1", "hybrid_r2", "hybrid_r4"),
-    "forward": ("hybrid_r1", "hybrid_r2", "hybrid_r4"),
+    "fitness": ("level", "warp", "hybrid_r1", "hybrid_r2", "hybrid_r4"),
+    "forward": ("level", "hybrid_r1", "hybrid_r2", "hybrid_r4"),
 }
 HYBRID_ROWS = {"hybrid_r1": 1, "hybrid_r2": 2, "hybrid_r4": 4}
 MULTI_OUTPUT_SMEM_LIMIT = 96 * 1024  # kernels/strategy.h
+LEVEL_MAX_LEN = 1024  # level strategy: ~36 bytes per node slot (one row) fit 64 KiB of shared memory (LevelLayout)
 _OP_IDS = {op: {n: IDS[n] for n in names} for op, names in OP_STRATEGIES.items()}
 
 # Probe grid: trees P x rows per tree D, a factor 4 apart. Cells above MAX_PROBE_WORK (P * D) are not
@@ -83,10 +89,14 @@ def hybrid_threads(D: int, rows: int) -> int:
     return min(128, -(-per_thread // 32) * 32)
 
 
-def unavailable(op: str, name: str, D: int, n_out: int) -> str | None:
-    """Why strategy `name` of `op` cannot evaluate D rows of n_out outputs on a CUDA device (None: it can).
+def unavailable(op: str, name: str, D: int, n_out: int, max_len: int = 1) -> str | None:
+    """Why strategy `name` of `op` cannot evaluate D rows of n_out outputs of trees padded to max_len on a
+    CUDA device (None: it can).
 
     The kernels raise the same errors (kernels/strategy.h, fitness_cuda)."""
+    if name == "level" and max_len > LEVEL_MAX_LEN:
+        return (f"strategy 'level' takes max_len up to {LEVEL_MAX_LEN} (its trees' values live in shared "
+                f"memory), got {max_len}; choose 'auto' or a hybrid strategy")
     if name == "warp" and n_out != 1:
         return (f"strategy 'warp' evaluates single-output trees only (n_out={n_out}); choose one of "
                 f"{['auto', *(s for s in OP_STRATEGIES[op] if s != 'warp')]}")
@@ -153,10 +163,10 @@ class CostModel:
         return op in self.tables
 
     def predict(self, op: str, strategy: str, P: int, D: int, n_out: int = 1,
-                mean_len: float | None = None) -> float:
+                mean_len: float | None = None, max_len: int = 1) -> float:
         table = self.tables[op]
         logt = self._log.get((op, strategy))
-        if logt is None or unavailable(op, strategy, D, n_out) is not None:
+        if logt is None or unavailable(op, strategy, D, n_out, max_len) is not None:
             return math.inf
         gp, gd = table["P"], table["D"]
         scale = 1.0
@@ -178,10 +188,10 @@ class CostModel:
             + fx * fy * corners[3]
         return math.exp(v) * scale
 
-    def best(self, op: str, P: int, D: int, n_out: int = 1) -> str | None:
+    def best(self, op: str, P: int, D: int, n_out: int = 1, max_len: int = 1) -> str | None:
         """The strategy with the smallest predicted time (ties: the first in ``names(op)``); None when no
         strategy is available (or every one failed its probes): the kernels' built-in heuristic then."""
-        times = [(self.predict(op, s, P, D, n_out), s) for s in OP_STRATEGIES[op]]
+        times = [(self.predict(op, s, P, D, n_out, max_len=max_len), s) for s in OP_STRATEGIES[op]]
         t, s = min(times, key=lambda ts: ts[0])
         return s if t < math.inf else None
 
@@ -234,13 +244,27 @@ def calibrate(op: str, time_fn: TimeFn, mean_len: float = 27.0, grid=None,
 
 
 def _time_cell(op: str, time_fn: TimeFn, P: int, D: int, n_out: int) -> dict[str, float | None]:
-    """Seconds per call of every strategy on one cell (None: unavailable or failed)."""
-    times: dict[str, float | None] = {}
+    """Seconds per call of every strategy on one cell (None: unavailable or failed).
+
+    Two passes in opposite orders, each strategy keeping its faster one: a slow moment of the device (a clock
+    change, another process) then has to hit a strategy twice to misplace it. (With one pass, one H100
+    calibration predicted 1.5-2.5x the measured times at P = 10,000, D = 60 and picked a strategy 27% slower
+    than the best there.)
+    """
+    times: dict[str, float | None] = {s: None for s in OP_STRATEGIES[op]}
+    usable = [s for s in reversed(OP_STRATEGIES[op]) if unavailable(op, s, D, n_out) is None]
+    failed: set[str] = set()
     best = math.inf
-    for s in reversed(OP_STRATEGIES[op]):  # block mappings first: their time lets a slow warp mapping stop early
-        t = None if unavailable(op, s, D, n_out) is not None else time_fn(op, s, P, D, n_out, 4 * best)
-        times[s] = t
-        if t is not None:
+    for order in (usable, usable[::-1]):  # block mappings first: their time lets a slow warp mapping stop early
+        for s in order:
+            if s in failed:
+                continue
+            t = time_fn(op, s, P, D, n_out, 4 * best)
+            if t is None:
+                failed.add(s)
+                times[s] = None
+                continue
+            times[s] = t if times[s] is None else min(times[s], t)
             best = min(best, t)
     return times
 
@@ -399,49 +423,51 @@ def _bucket_size(bucket: int) -> int:
     return ((4 + q) << (b - 1)) >> 2 if b > 0 else 0
 
 
-def auto(op: str, device: torch.device, P: int, D: int, n_out: int = 1) -> str | None:
+def auto(op: str, device: torch.device, P: int, D: int, n_out: int = 1, max_len: int = 1) -> str | None:
     """The automatic choice by name (None: the built-in heuristic, on the CPU or after a failed calibration)."""
-    sid = choose(op, "auto", device, P, D, n_out)
+    sid = choose(op, "auto", device, P, D, n_out, max_len)
     return None if sid == AUTO else next(n for n, i in _OP_IDS[op].items() if i == sid)
 
 
-def choose(op: str, name: str | None, device: torch.device, P: int, D: int, n_out: int = 1) -> int:
-    """The strategy id an op call runs with (hot path: one dict lookup once decided)."""
+def choose(op: str, name: str | None, device: torch.device, P: int, D: int, n_out: int = 1,
+           max_len: int = 1) -> int:
+    """The strategy id an op call over P trees padded to max_len and D rows runs with (hot path: one dict
+    lookup once decided)."""
     if name is None:
         name = _override
         if name is not None and (name not in _OP_IDS[op] or (device.type == "cuda" or name == "warp")
-                                 and unavailable(op, name, D, n_out) is not None):
+                                 and unavailable(op, name, D, n_out, max_len) is not None):
             name = None  # a global override of a strategy this call cannot run
     if name is not None and name != "auto":
         sid = _OP_IDS[op].get(name) if isinstance(name, str) else None
         if sid is None:
             raise _invalid(op, name)
         # the id rules of every device (warp: one output); shared memory bounds only on a CUDA device
-        why = unavailable(op, name, D, n_out) if device.type == "cuda" or name == "warp" else None
+        why = unavailable(op, name, D, n_out, max_len) if device.type == "cuda" or name == "warp" else None
         if why is not None:
             raise ValueError(why)
         return sid
     if device.type != "cuda":
         return AUTO
-    sid = _memo.get((op, device.index, P, D, n_out))  # a GP loop repeats the same shapes
+    sid = _memo.get((op, device.index, P, D, n_out, max_len))  # a GP loop repeats the same shapes
     if sid is None:
-        sid = _decide(op, device, P, D, n_out)
+        sid = _decide(op, device, P, D, n_out, max_len)
     return sid
 
 
-def _decide(op: str, device: torch.device, P: int, D: int, n_out: int) -> int:
+def _decide(op: str, device: torch.device, P: int, D: int, n_out: int, max_len: int) -> int:
     if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
         return AUTO  # no timing inside a CUDA graph capture; decide on a later call
-    bucket = (op, device.index, "bucket", _p_bucket(P), D, n_out)
+    bucket = (op, device.index, "bucket", _p_bucket(P), D, n_out, max_len)
     sid = _memo.get(bucket)
     if sid is None:
         m = model(device, op)
-        best = m.best(op, max(1, _bucket_size(bucket[3])), D, n_out) if m.has(op) else None
+        best = m.best(op, max(1, _bucket_size(bucket[3])), D, n_out, max_len) if m.has(op) else None
         sid = AUTO if best is None else IDS[best]
         _memo[bucket] = sid
     if len(_memo) > 1 << 16:  # many distinct shapes: start over rather than grow without bound
         _memo.clear()
-    _memo[op, device.index, P, D, n_out] = sid
+    _memo[op, device.index, P, D, n_out, max_len] = sid
     return sid
 
 

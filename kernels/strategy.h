@@ -3,8 +3,9 @@
 // call with a cost model calibrated on the device; AUTO (-1) is the kernels' built-in heuristic. The CPU
 // kernels check the id the same way and ignore it (they have one mapping).
 //
-// Every strategy runs the same interpreter (eval_tree) on every row, so predictions are identical across
-// strategies; fused losses differ only in the (fixed, deterministic) order of their double sums.
+// Every strategy applies the same node functions to the same operands and sums outputs in the same order, so
+// predictions are identical across strategies; fused losses differ only in the (fixed, deterministic) order
+// of their double sums.
 #pragma once
 #include <c10/util/Exception.h>
 
@@ -21,6 +22,7 @@ enum Strategy : int64_t {
   STRATEGY_HYBRID_R1 = 2,  // one block per (tree, segment of rows), 1 row per thread (fitness_kernel, forward_kernel)
   STRATEGY_HYBRID_R2 = 3,  //   ... 2 rows per thread
   STRATEGY_HYBRID_R4 = 4,  //   ... 4 rows per thread
+  STRATEGY_LEVEL = 5,      // one block per (tree, segment of rows), a depth level at a time (eval_levels)
 };
 
 // Rows per thread of a hybrid strategy. Trees whose stack needs more than 256 slots run with 1 row per thread
@@ -34,16 +36,16 @@ constexpr size_t MULTI_OUTPUT_SMEM_LIMIT = 96 * 1024;
 // valid ids. Shared by the CPU and CUDA implementations (numbers through std::to_string: ops.h says why).
 inline void check_strategy(int64_t s, bool fitness, int64_t n_out) {
   if (fitness) {
-    TORCH_CHECK(s == STRATEGY_AUTO || (s >= STRATEGY_WARP && s <= STRATEGY_HYBRID_R4), "gprl: strategy ",
+    TORCH_CHECK(s == STRATEGY_AUTO || (s >= STRATEGY_WARP && s <= STRATEGY_LEVEL), "gprl: strategy ",
                 std::to_string(s), " is not a strategy of fitness; valid ids: -1 (auto), 1 (warp), 2 (hybrid_r1), ",
-                "3 (hybrid_r2), 4 (hybrid_r4)");
+                "3 (hybrid_r2), 4 (hybrid_r4), 5 (level)");
     TORCH_CHECK(s != STRATEGY_WARP || n_out == 1, "gprl: strategy 1 (warp) evaluates single-output trees only, ",
                 "got n_out=", std::to_string(n_out), "; valid ids for n_out > 1: -1 (auto), 2 (hybrid_r1), ",
-                "3 (hybrid_r2), 4 (hybrid_r4)");
+                "3 (hybrid_r2), 4 (hybrid_r4), 5 (level)");
   } else {
-    TORCH_CHECK(s == STRATEGY_AUTO || (s >= STRATEGY_HYBRID_R1 && s <= STRATEGY_HYBRID_R4), "gprl: strategy ",
+    TORCH_CHECK(s == STRATEGY_AUTO || (s >= STRATEGY_HYBRID_R1 && s <= STRATEGY_LEVEL), "gprl: strategy ",
                 std::to_string(s), " is not a strategy of forward; valid ids: -1 (auto), 2 (hybrid_r1), ",
-                "3 (hybrid_r2), 4 (hybrid_r4)");
+                "3 (hybrid_r2), 4 (hybrid_r4), 5 (level)");
   }
 }
 

@@ -6,7 +6,7 @@ bench_eval measures) of ``Population.fitness`` and of the raw ``gprl::fitness`` 
 and the device time per call of each kernel (``torch.profiler``). A call whose kernel time is far below its
 event time is bound by launch and host overhead; one whose kernel time dominates, by the kernel.
 
-    python scripts/profile_fitness_calls.py [--cells 100x60 1000x392 ...]
+    python scripts/profile_fitness_calls.py [--cells 100x60 1000x392 ...] [--strategy level]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout'
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_eval's workload and timing
 from bench_eval import FUNCTIONS, time_call
 
-from gprl import Dataset, Population
+from gprl import Dataset, Population, strategy
 from gprl.ops import ops
 from gprl.population import METRICS
 
@@ -56,16 +56,18 @@ def kernel_us(fn, calls: int = 20) -> dict[str, float]:
             if e.device_type == torch.autograd.DeviceType.CUDA}  # fmt: skip
 
 
-def profile_cell(P: int, D: int, gen: torch.Generator) -> dict:
+def profile_cell(P: int, D: int, gen: torch.Generator, name: str | None) -> dict:
     pop = Population.random(P, 8, max_len=256, functions=FUNCTIONS, min_depth=3, max_depth=8, seed=gen,
                             device="cuda")
     data = Dataset(torch.rand(D, 8, generator=gen) * 2 - 1, torch.rand(D, generator=gen), device="cuda")
-    op_args = (*pop.tensors(), data.Xt, data.yt, data.weight, METRICS["mse"], pop.max_stack())
+    sid = strategy.choose("fitness", name, pop.device, P, D, 1, pop.max_len)
+    op_args = (*pop.tensors(), data.Xt, data.yt, data.weight, METRICS["mse"], pop.max_stack(), sid)
     return {
-        "event_us_population_fitness": event_us(lambda: pop.fitness(data)),
+        "strategy": name or strategy.auto("fitness", pop.device, P, D, 1, pop.max_len) or "heuristic",
+        "event_us_population_fitness": event_us(lambda: pop.fitness(data, strategy=name)),
         "event_us_op": event_us(lambda: ops.fitness(*op_args)),
         "event_us_torch_empty": event_us(lambda: torch.empty(P, device="cuda")),
-        "queued_host_us_population_fitness": queued_host_us(lambda: pop.fitness(data)),
+        "queued_host_us_population_fitness": queued_host_us(lambda: pop.fitness(data, strategy=name)),
         "kernel_us": kernel_us(lambda: ops.fitness(*op_args)),
         "longest_tree": int(pop.lengths().max()),
     }
@@ -75,6 +77,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cells", nargs="+", default=["100x60", "100x392", "1000x60", "1000x392", "10000x60",
                                                    "10000x392"], help="PxD cells")  # fmt: skip
+    ap.add_argument("--strategy", default=None, help="a fixed evaluation strategy (default: the automatic choice)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("profile_fitness_calls.py needs a CUDA device (the CPU backend has no launches to profile)")
@@ -82,7 +85,7 @@ def main() -> None:
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cells": {}}
     for cell in args.cells:
         P, D = (int(x) for x in cell.split("x"))
-        out["cells"][cell] = profile_cell(P, D, gen)
+        out["cells"][cell] = profile_cell(P, D, gen, args.strategy)
         print(cell, json.dumps(out["cells"][cell]), flush=True)
     print(json.dumps(out, indent=1))
 

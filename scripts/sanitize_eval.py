@@ -1,8 +1,10 @@
 """Runs every evaluation kernel path (every strategy) once on small inputs, for compute-sanitizer:
 
     compute-sanitizer --tool memcheck python3 scripts/sanitize_eval.py
-    compute-sanitizer --tool racecheck python3 scripts/sanitize_eval.py
+    compute-sanitizer --tool racecheck python3 scripts/sanitize_eval.py level   # only the named strategies
 """
+
+import sys
 
 import torch
 
@@ -13,7 +15,9 @@ ALL = list(gprl.functions.BY_NAME)
 
 def main() -> None:
     dev = "cuda"  # besides the automatic path, every call names its strategy: no calibration under the sanitizer
-    fit, fwd = gprl.strategy.names("fitness"), gprl.strategy.names("forward")
+    only = set(sys.argv[1:]) or set(gprl.strategy.IDS)
+    fit = [s for s in gprl.strategy.names("fitness") if s in only]
+    fwd = [s for s in gprl.strategy.names("forward") if s in only]
     for n_out, max_len in ((1, 64), (3, 64), (1, 1024)):
         pop = gprl.Population.random(300, 4, n_out, max_len=max_len, functions=ALL, max_depth=6, seed=n_out,
                                      output_prob=0.5, device=dev)
@@ -41,8 +45,8 @@ def main() -> None:
         wide = gprl.Population.random(64, 4, n_out, max_len=64, functions=ALL, seed=0, output_prob=0.5, device=dev)
         X, y = torch.rand(300, 4, device=dev), torch.rand(300, n_out, device=dev)
         wide.fitness(X, y, strategy="auto")  # 200: falls back to 32 threads of 1 row
-        for s in fit[1:]:
-            if gprl.strategy.unavailable("fitness", s, 300, n_out) is None:  # 100: hybrid_r1 only
+        for s in (s for s in fit if s != "warp"):
+            if gprl.strategy.unavailable("fitness", s, 300, n_out) is None:  # 100: hybrid_r1 and level
                 wide.fitness(X, y, strategy=s)
     torch.cuda.synchronize()
     print("sanitize_eval: all kernel paths ran")

@@ -187,10 +187,14 @@ def test_every_strategy_equals_cpu_and_is_deterministic(P, D, max_len, depth, n_
     # chain; a prediction that cancels to ~1e-3 keeps the absolute error of its unit-sized operands (seen on
     # the H100: 1.8e-6 on one of 1.5 M predictions), so absolute 1e-5 there.
     atol = 1e-5 if max_len > 256 else 1e-6
+    first = None
     for s in (None, *FWD):
         Y = gpu.forward(Xg, strategy=s)
         assert torch.equal(Y, gpu.forward(Xg, strategy=s)), s
         assert_close(Y, expect_y, f"forward {s}", atol=atol)
+        # same functions on the same operands, outputs summed in the same order: equal bits across strategies
+        first = Y if first is None else first
+        torch.testing.assert_close(Y, first, rtol=0, atol=0, equal_nan=True, msg=lambda e, s=s: f"forward {s}: {e}")
 
 
 @pytest.mark.parametrize("n_out", [17, 60, 200])
@@ -203,7 +207,7 @@ def test_many_outputs_every_strategy(n_out):
     data_g = gprl.Dataset(X, y, device="cuda")
     expect, expect_y = cpu.fitness(X, y), cpu.forward(X)
     assert_close(gpu.fitness(data_g), expect, "fitness auto")
-    for s in FIT[1:]:
+    for s in (s for s in FIT if s != "warp"):
         if strategy.unavailable("fitness", s, 1500, n_out):
             with pytest.raises(ValueError, match="shared memory"):
                 gpu.fitness(data_g, strategy=s)
@@ -220,10 +224,10 @@ def test_invalid_strategy_ids_raise_on_cuda():
     _, pop = pair(50, 3, 1, seed=3)
     Xt, yt = torch.rand(3, 70, device="cuda"), torch.rand(1, 70, device="cuda")
     ops = torch.ops.gprl
-    for bad in (0, 5, 6, 7, -2, 1 << 40):
+    for bad in (0, 6, 7, -2, 1 << 40):
         with pytest.raises(RuntimeError, match=r"valid ids: -1 \(auto\), 1 \(warp\)"):
             ops.fitness(*pop.tensors(), Xt, yt, None, 0, pop.max_stack(), bad)
-    for bad in (0, 1, 5, -2):
+    for bad in (0, 1, 6, -2):
         with pytest.raises(RuntimeError, match=r"valid ids: -1 \(auto\), 2 \(hybrid_r1\)"):
             ops.forward(*pop.tensors(), Xt, 1, pop.max_stack(), bad)
     torch.cuda.synchronize()  # nothing was launched: the device is still fine

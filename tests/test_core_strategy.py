@@ -22,11 +22,11 @@ KERNEL_CACHE = os.environ.get("GPRL_CACHE")  # before the fixture points GPRL_CA
 # A power law per strategy, t = c * P^a * D^b: log-log bilinear interpolation reproduces it exactly, so the
 # model's predictions and argmin can be checked anywhere inside the probe grid. Winners vary over the grid.
 LAWS = {"warp": (4e-8, 0.8, 0.9), "hybrid_r1": (3e-7, 0.6, 0.7), "hybrid_r2": (2e-7, 0.62, 0.72),
-        "hybrid_r4": (6e-7, 0.55, 0.6)}
+        "hybrid_r4": (6e-7, 0.55, 0.6), "level": (1e-6, 0.4, 0.5)}
 
 
 # and a cost per output quadrupling: t(n outputs) = t(1) * OUT[s] ** log_4(n) (warp: single output only)
-OUT = {"hybrid_r1": 1.2, "hybrid_r2": 1.3, "hybrid_r4": 1.9}
+OUT = {"hybrid_r1": 1.2, "hybrid_r2": 1.3, "hybrid_r4": 1.9, "level": 1.1}
 
 
 def law(s, P, D, n_out=1):
@@ -65,9 +65,9 @@ def small_problem():
 # ---- names and overrides ----
 def test_strategy_names_are_validated():
     pop, data, X = small_problem()
-    with pytest.raises(ValueError, match=r"\['auto', 'warp', 'hybrid_r1', 'hybrid_r2', 'hybrid_r4'\]"):
+    with pytest.raises(ValueError, match=r"\['auto', 'level', 'warp', 'hybrid_r1', 'hybrid_r2', 'hybrid_r4'\]"):
         pop.fitness(data, strategy="fastest")
-    with pytest.raises(ValueError, match=r"not a strategy of forward; choose one of \['auto', 'hybrid_r1'"):
+    with pytest.raises(ValueError, match=r"not a strategy of forward; choose one of \['auto', 'level', 'hybrid_r1'"):
         pop.forward(X, strategy="warp")  # warp is fitness's only
     with pytest.raises(ValueError, match="per-tree rows"):
         pop.forward(X[None].expand(30, -1, -1), strategy="hybrid_r2")
@@ -78,7 +78,7 @@ def test_strategy_names_are_validated():
     with pytest.raises(ValueError, match="not a strategy"):
         pop.fitness(data, strategy=3)
     multi = Population.random(30, 3, 2, max_len=32, seed=0)
-    with pytest.raises(ValueError, match=r"single-output.*\['auto', 'hybrid_r1', 'hybrid_r2', 'hybrid_r4'\]"):
+    with pytest.raises(ValueError, match=r"single-output.*\['auto', 'level', 'hybrid_r1', 'hybrid_r2', 'hybrid_r4'\]"):
         multi.fitness(X, torch.rand(50, 2), strategy="warp")
     assert gprl.get_strategy() is None
 
@@ -90,12 +90,12 @@ def test_kernels_check_strategy_ids():
     base, base_fwd = torch.ops.gprl.fitness(*args), torch.ops.gprl.forward(*fwd)
     for sid in (-1, *IDS.values()):  # the CPU accepts every id of fitness and ignores it
         assert torch.equal(torch.ops.gprl.fitness(*args, sid), base)
-    for sid in (-1, 2, 3, 4):
+    for sid in (-1, 2, 3, 4, 5):
         assert torch.equal(torch.ops.gprl.forward(*fwd, sid), base_fwd)
-    for bad in (0, 5, 7, -2, 1 << 40):
+    for bad in (0, 6, 7, -2, 1 << 40):
         with pytest.raises(RuntimeError, match=r"strategy .* valid ids: -1 \(auto\), 1 \(warp\), 2 \(hybrid_r1\)"):
             torch.ops.gprl.fitness(*args, bad)
-    for bad in (0, 1, 5, -2):
+    for bad in (0, 1, 6, -2):
         with pytest.raises(RuntimeError, match=r"not a strategy of forward; valid ids: -1 \(auto\), 2 \(hybrid_r1\)"):
             torch.ops.gprl.forward(*fwd, bad)
     multi = Population.random(30, 3, 2, max_len=32, seed=0)
@@ -103,7 +103,7 @@ def test_kernels_check_strategy_ids():
     margs = (*multi.tensors(), d2.Xt, d2.yt, None, 0, multi.max_stack())
     with pytest.raises(RuntimeError, match=r"1 \(warp\) evaluates single-output trees only, got n_out=2"):
         torch.ops.gprl.fitness(*margs, IDS["warp"])
-    for sid in (-1, 2, 3, 4):
+    for sid in (-1, 2, 3, 4, 5):
         assert torch.equal(torch.ops.gprl.fitness(*margs, sid), torch.ops.gprl.fitness(*margs))
 
 
@@ -243,7 +243,16 @@ def test_shared_memory_bound_of_multi_output_hybrids():
     assert strategy.hybrid_threads(200, 4) == 64
     m = CostModel({"fitness": calibrate("fitness", fake_time_fn)})
     assert m.predict("fitness", "hybrid_r4", 4096, 100_000, 64) == math.inf
-    assert m.best("fitness", 4096, 100_000, 256) is None  # nothing fits: the kernels' heuristic
+    assert m.best("fitness", 4096, 100_000, 256) == "level"  # the level strategy keeps no outputs per thread
+    assert m.best("fitness", 4096, 100_000, 256, max_len=4096) is None  # nothing fits: the kernels' heuristic
+
+
+def test_level_strategy_takes_max_len_up_to_1024():
+    assert strategy.unavailable("fitness", "level", 100_000, 256, max_len=1024) is None
+    assert "max_len up to 1024" in strategy.unavailable("forward", "level", 60, 1, max_len=1025)
+    with pytest.raises(ValueError, match="max_len up to 1024"):
+        strategy.choose("fitness", "level", CUDA0, 100, 60, 1, 4096)
+    assert strategy.choose("fitness", "level", torch.device("cpu"), 100, 60, 1, 4096) == IDS["level"]  # CPU: checked name only
 
 
 def test_failed_strategy_probe_never_wins():
@@ -268,10 +277,10 @@ def test_calibrated_once_cached_and_memoised(monkeypatch, tmp_path):
     assert strategy.choose("fitness", None, CUDA0, 16384, 64) == IDS[true_best("fitness", 16384, 64)]
     assert strategy.choose("fitness", None, CUDA0, 1030, 512) == strategy.choose("fitness", None, CUDA0, 1200, 512)
     assert strategy.auto("fitness", CUDA0, 4096, 64, n_out=16) == true_best("fitness", 4096, 64, 16)
-    assert strategy.auto("fitness", CUDA0, 4096, 100_000, n_out=256) is None  # no strategy fits
-    assert strategy.choose("fitness", None, CUDA0, 4096, 100_000, 256) == strategy.AUTO
+    assert strategy.auto("fitness", CUDA0, 4096, 100_000, n_out=256, max_len=4096) is None  # no strategy fits
+    assert strategy.choose("fitness", None, CUDA0, 4096, 100_000, 256, 4096) == strategy.AUTO
     assert strategy.choose("forward", None, CUDA0, 1024, 512) == IDS[true_best("forward", 1024, 512)]
-    assert calls == [0, 0]  # one calibration per (device, op), then memoised decisions  # one calibration per (device, op), then memoised decisions
+    assert calls == [0, 0]  # one calibration per (device, op), then memoised decisions
     files = list((tmp_path / "strategy").glob("*.json"))
     assert len(files) == 1
     doc = json.loads(files[0].read_text())
