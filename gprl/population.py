@@ -146,7 +146,8 @@ class Population:
         device = canonical_device(device)
         w = torch.tensor(weights, dtype=torch.float32, device=device)
         tensors = _kernels().generate(w, pop_size, max_len, n_in, n_out, METHODS[method], min_depth, max_depth,
-                               float(leaf_prob), float(const_prob), lo, hi, float(output_prob), _seed_from(seed))
+                                      float(leaf_prob), float(const_prob), lo, hi, float(output_prob),
+                                      _seed_from(seed))
         return cls(*tensors, n_in=n_in, n_out=n_out)
 
     @classmethod
