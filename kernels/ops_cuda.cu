@@ -244,6 +244,14 @@ __device__ __forceinline__ double block_sum(double v, double* scratch) {
   return s;
 }
 
+// One row's term of a loss sum: |e| or e^2 of the prediction's error, times the row's weight when weights
+// were given. Double: squared errors of float32 predictions may exceed float32's range.
+__device__ __forceinline__ double row_loss(float pred, float y, const float* W, int64_t row, int metric) {
+  const double e = double(pred) - double(y);
+  const double l = metric == MAE ? fabs(e) : e * e;
+  return W ? W[row] * l : l;
+}
+
 // Partial loss sums per (tree, segment, output): partial[(p * nseg + seg) * n_out + k].
 // MULTI keeps the outputs of every row in shared memory; otherwise output 0 lives in registers.
 template <int R, int STACK, bool MULTI>
@@ -269,13 +277,11 @@ __global__ void fitness_kernel(const uint8_t* kind, const int16_t* code, const u
   };
   const bool ok = eval_tree<R, STACK>(t, n_in, n_out, load, emit);
   for (int k = 0; k < n_out; ++k) {
-    double s = 0.0;  // double: squared errors of float32 predictions may exceed float32's range
+    double s = 0.0;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (row(r) >= D) continue;
-      const double e = double(MULTI ? slot(k, r) : acc[r]) - double(Yt[int64_t(k) * D + row(r)]);
-      const double l = metric == MAE ? fabs(e) : e * e;
-      s += W ? W[row(r)] * l : l;
+      s += row_loss(MULTI ? slot(k, r) : acc[r], Yt[int64_t(k) * D + row(r)], W, row(r), metric);
     }
     if (!ok) s = NAN;
     s = block_sum(s, scratch);
@@ -356,9 +362,7 @@ __global__ void fitness_warp_kernel(const uint8_t* kind, const int16_t* code, co
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (row(r) >= D) continue;
-      const double e = double(acc[r]) - double(Yt[row(r)]);
-      const double l = metric == MAE ? fabs(e) : e * e;
-      s += W ? W[row(r)] * l : l;
+      s += row_loss(acc[r], Yt[row(r)], W, row(r), metric);
     }
   }
   // lanes whose first row is past D skipped the loop; every lane of the warp joins the reduction
@@ -593,13 +597,9 @@ __global__ void fitness_level_kernel(const uint8_t* kind, const int16_t* code, c
   const bool ok = eval_levels(kind, code, out, value, size, p, L, n_in, n_out, X, D, row0, rows, stage_x, smem, lt);
   double total = 0.0;
   for (int k = 0; k < n_out; ++k) {
-    double s = 0.0;  // double: squared errors of float32 predictions may exceed float32's range
-    for (int r = threadIdx.x; ok && r < rows && row0 + r < D; r += blockDim.x) {
-      const int64_t row = row0 + r;
-      const double e = double(lt.output(k, r)) - double(Yt[int64_t(k) * D + row]);
-      const double l = metric == MAE ? fabs(e) : e * e;
-      s += W ? W[row] * l : l;
-    }
+    double s = 0.0;
+    for (int r = threadIdx.x; ok && r < rows && row0 + r < D; r += blockDim.x)
+      s += row_loss(lt.output(k, r), Yt[int64_t(k) * D + row0 + r], W, row0 + r, metric);
     if (!ok) s = NAN;
     s = block_sum(s, scratch);
     if (threadIdx.x == 0) {
@@ -752,6 +752,15 @@ at::Tensor forward_batched_cuda(const at::Tensor& kind, const at::Tensor& code, 
   return Y;
 }
 
+// Sums the partial losses of every tree in a fixed order into result [P] (finish_loss_kernel).
+void finish_losses(const double* partial, int64_t P, int64_t nseg, int64_t n_out, int64_t metric, int64_t D,
+                   const double* wsum, at::Tensor& result) {
+  constexpr int T = 128;
+  finish_loss_kernel<<<blocks_for(P, T), T, 0, stream()>>>(partial, P, nseg, int(n_out), int(metric), D, wsum,
+                                                           result.data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,
                         const at::Tensor& size, const at::Tensor& Xt, const at::Tensor& yt,
                         const std::optional<at::Tensor>& weight, int64_t metric, int64_t max_stack,
@@ -781,12 +790,7 @@ at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at
         size.data_ptr<int16_t>(), int(L), xc.data_ptr<float>(), yc.data_ptr<float>(), wp, D, n_in, int(n_out),
         int(metric), sh.rows, sh.stage_x, sh.nseg, wsum_p, partial_p, result.data_ptr<float>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    if (partial_p) {
-      constexpr int T = 128;
-      finish_loss_kernel<<<blocks_for(P, T), T, 0, stream()>>>(partial_p, P, sh.nseg, int(n_out), int(metric), D,
-                                                               wsum_p, result.data_ptr<float>());
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    }
+    if (partial_p) finish_losses(partial_p, P, sh.nseg, n_out, metric, D, wsum_p, result);
     return result;
   }
 
@@ -847,10 +851,7 @@ at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at
     };
     if (multi) launch(fitness_kernel<R, S, true>);
     else launch(fitness_kernel<R, S, false>);
-    constexpr int T = 128;
-    finish_loss_kernel<<<blocks_for(P, T), T, 0, stream()>>>(partial.data_ptr<double>(), P, nseg, int(n_out),
-                                                             int(metric), D, wsum_p, result.data_ptr<float>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    finish_losses(partial.data_ptr<double>(), P, nseg, n_out, metric, D, wsum_p, result);
   });
   return result;
 }
