@@ -84,7 +84,8 @@ def _invalid(op: str, name) -> ValueError:
 
 
 def hybrid_threads(D: int, rows: int) -> int:
-    """Threads per block of a hybrid strategy (shared_mode_threads in kernels/ops_cuda.cu)."""
+    """Threads per block of a hybrid strategy's multi-output fitness (shared_mode_shape in
+    kernels/ops_cuda.cu)."""
     per_thread = -(-D // rows)
     return min(128, -(-per_thread // 32) * 32)
 

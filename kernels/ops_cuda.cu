@@ -120,58 +120,85 @@ struct Tree {
 // Interprets `t` for R rows per thread. load(v, r) returns input v of the thread's r-th row;
 // emit(k, r, value) adds to output k of that row. Returns false for a malformed tree or a stack overflow
 // (the caller writes NaN): bad input never traps on the device.
+//
+// The stack's top value lives in registers (`top`), the values below it in local memory (`below`, slot j + 1
+// holding value j, slot 0 a scratch slot so that a push never branches): a leaf stores one value there, a
+// binary node loads one, a unary node none. With the whole stack in local memory (three accesses per binary
+// node) that traffic overflowed L1 and saturated the H100's L2 in large calls.
 template <int R, int STACK, typename Load, typename Emit>
 __device__ __forceinline__ bool eval_tree(const Tree& t, int n_in, int n_out, Load load, Emit emit) {
-  float stack[STACK][R];
-  int sp = 0;
+  float below[STACK][R], top[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) top[r] = 0.f;
+  int sp = 0;  // values on the stack
   for (int i = t.len - 1; i >= 0; --i) {
     const uint8_t kd = t.kind[i];
     const int k = kd & KIND_MASK;
     if (k == FUNC) {
       const int fn = t.code[i], ar = arity(fn);
       if (sp < ar) return false;
-      const int ia = sp - 1, ib = ar >= 2 ? sp - 2 : ia, ic = ar >= 3 ? sp - 3 : ia;
       float res[R];
-      switch (fn) {
-#define GPRL_CASE(F)                                                              \
-  case F:                                                                         \
-    _Pragma("unroll") for (int r = 0; r < R; ++r) res[r] = apply(F, stack[ia][r], stack[ib][r], stack[ic][r]); \
+      switch (fn) {  // operands: the first child's value on top, then the second's and third's below it
+#define GPRL_CASE(F)                                                                            \
+  case F:                                                                                       \
+    _Pragma("unroll") for (int r = 0; r < R; ++r) {                                             \
+      const float b = arity(F) >= 2 ? below[sp - 1][r] : top[r];                                \
+      const float c = arity(F) >= 3 ? below[sp - 2][r] : top[r];                                \
+      res[r] = apply(F, top[r], b, c);                                                          \
+    }                                                                                           \
     break;
         GPRL_FUNCTIONS(GPRL_CASE)
 #undef GPRL_CASE
         default: return false;
       }
       sp -= ar - 1;
-      if (kd & OUTPUT_FLAG) {  // Modi: add to the output, pass the last child's value (already in place) up
+      if (kd & OUTPUT_FLAG) {  // Modi: add to the output, pass the last child's value up
         const int o = t.out[i];
         if (o >= n_out) return false;
 #pragma unroll
         for (int r = 0; r < R; ++r) emit(o, r, res[r]);
+        if (ar >= 2)
+#pragma unroll
+          for (int r = 0; r < R; ++r) top[r] = below[sp][r];
       } else {
 #pragma unroll
-        for (int r = 0; r < R; ++r) stack[sp - 1][r] = res[r];
+        for (int r = 0; r < R; ++r) top[r] = res[r];
       }
       continue;
     }
     if (sp >= STACK) return false;
+#pragma unroll
+    for (int r = 0; r < R; ++r) below[sp][r] = top[r];
     if (k == VAR) {
       const int v = t.code[i];
       if (v < 0 || v >= n_in) return false;
 #pragma unroll
-      for (int r = 0; r < R; ++r) stack[sp][r] = load(v, r);
+      for (int r = 0; r < R; ++r) top[r] = load(v, r);
     } else {
       const float c = t.value[i];
 #pragma unroll
-      for (int r = 0; r < R; ++r) stack[sp][r] = c;
+      for (int r = 0; r < R; ++r) top[r] = c;
     }
     ++sp;
   }
-  if (t.len > 0 && !(t.kind[0] & OUTPUT_FLAG)) {
+  if (t.len > 0 && !(t.kind[0] & OUTPUT_FLAG)) {  // the bottom value: the root's for a well-formed tree
 #pragma unroll
-    for (int r = 0; r < R; ++r) emit(0, r, stack[0][r]);
+    for (int r = 0; r < R; ++r) emit(0, r, sp <= 1 ? top[r] : below[1][r]);
   }
   return true;
 }
+
+// Input v of a thread's rows first + r * step (r < R) of X [n_in, D] (column-major). Rows past D read row
+// D - 1, whose values the callers never use: the loads need no branch. Offsets are 32-bit (check_rows):
+// 64-bit compares and address sums per row and input node cost more than the node's arithmetic.
+template <int R>
+struct RowLoad {
+  const float* X;
+  uint32_t D, first, step;
+  __device__ __forceinline__ float operator()(int v, int r) const {
+    return X[uint32_t(v) * D + min(first + uint32_t(r) * step, D - 1)];
+  }
+};
 
 // Copies tree p into shared memory (layout: value[L] | code[L] | kind[L] | out[L]) and returns a view.
 __device__ Tree stage_tree(const uint8_t* kind, const int16_t* code, const uint8_t* out, const float* value,
@@ -205,7 +232,7 @@ __global__ void forward_kernel(const uint8_t* kind, const int16_t* code, const u
   const int64_t base = seg * int64_t(blockDim.x) * R + threadIdx.x;
   float* y = Y + p * D * n_out;
   auto row = [&](int r) { return base + int64_t(r) * blockDim.x; };
-  auto load = [&](int v, int r) { return row(r) < D ? X[int64_t(v) * D + row(r)] : 0.f; };
+  const RowLoad<R> load{X, uint32_t(D), uint32_t(base), blockDim.x};
   auto emit = [&](int k, int r, float v) { if (row(r) < D) y[row(r) * n_out + k] += v; };
   if (!eval_tree<R, STACK>(t, n_in, n_out, load, emit)) {
     for (int r = 0; r < R; ++r)
@@ -252,12 +279,20 @@ __device__ __forceinline__ double row_loss(float pred, float y, const float* W, 
   return W ? W[row] * l : l;
 }
 
-// Partial loss sums per (tree, segment, output): partial[(p * nseg + seg) * n_out + k].
+// Loss of a mean over `D` rows, or over the weight sum when weights were given (read on the device).
+__device__ __forceinline__ double finish_metric(double s, int64_t D, const double* wsum, int metric) {
+  const double m = s / (wsum ? *wsum : double(D));
+  return metric == RMSE ? sqrt(m) : m;
+}
+
+// Partial loss sums per (tree, segment, output): partial[(p * nseg + seg) * n_out + k], or with one segment
+// per tree (partial == nullptr) the finished loss in result[p] (no second kernel).
 // MULTI keeps the outputs of every row in shared memory; otherwise output 0 lives in registers.
 template <int R, int STACK, bool MULTI>
 __global__ void fitness_kernel(const uint8_t* kind, const int16_t* code, const uint8_t* out, const float* value,
                                const int16_t* size, int L, const float* X, const float* Yt, const float* W,
-                               int64_t D, int n_in, int n_out, int metric, int64_t nseg, double* partial) {
+                               int64_t D, int n_in, int n_out, int metric, int64_t nseg, const double* wsum,
+                               double* partial, float* result) {
   extern __shared__ __align__(16) char smem[];
   const int64_t p = blockIdx.x / nseg, seg = blockIdx.x % nseg;
   float* acc_smem = reinterpret_cast<float*>(smem + tree_smem_bytes(L));
@@ -267,7 +302,7 @@ __global__ void fitness_kernel(const uint8_t* kind, const int16_t* code, const u
   const Tree t = stage_tree(kind, code, out, value, size, p, L, smem);  // syncs
   const int64_t base = seg * int64_t(blockDim.x) * R + threadIdx.x;
   auto row = [&](int r) { return base + int64_t(r) * blockDim.x; };
-  auto load = [&](int v, int r) { return row(r) < D ? X[int64_t(v) * D + row(r)] : 0.f; };
+  const RowLoad<R> load{X, uint32_t(D), uint32_t(base), blockDim.x};
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.f;
@@ -276,6 +311,7 @@ __global__ void fitness_kernel(const uint8_t* kind, const int16_t* code, const u
     if (MULTI) slot(k, r) += v; else acc[r] += v;
   };
   const bool ok = eval_tree<R, STACK>(t, n_in, n_out, load, emit);
+  double total = 0.0;
   for (int k = 0; k < n_out; ++k) {
     double s = 0.0;
 #pragma unroll
@@ -285,14 +321,12 @@ __global__ void fitness_kernel(const uint8_t* kind, const int16_t* code, const u
     }
     if (!ok) s = NAN;
     s = block_sum(s, scratch);
-    if (threadIdx.x == 0) partial[(p * nseg + seg) * n_out + k] = s;
+    if (threadIdx.x == 0) {
+      if (partial) partial[(p * nseg + seg) * n_out + k] = s;
+      else total += finish_metric(s, D, wsum, metric);
+    }
   }
-}
-
-// Loss of a mean over `D` rows, or over the weight sum when weights were given (read on the device).
-__device__ __forceinline__ double finish_metric(double s, int64_t D, const double* wsum, int metric) {
-  const double m = s / (wsum ? *wsum : double(D));
-  return metric == RMSE ? sqrt(m) : m;
+  if (!partial && threadIdx.x == 0) result[p] = float(total / n_out);
 }
 
 __global__ void finish_loss_kernel(const double* partial, int64_t P, int64_t nseg, int n_out, int metric,
@@ -353,7 +387,7 @@ __global__ void fitness_warp_kernel(const uint8_t* kind, const int16_t* code, co
   bool ok = true;
   for (int64_t base = lane; base < D && ok; base += int64_t(WARP) * R) {
     auto row = [&](int r) { return base + int64_t(r) * WARP; };
-    auto load = [&](int v, int r) { return row(r) < D ? x[int64_t(v) * D + row(r)] : 0.f; };
+    const RowLoad<R> load{x, uint32_t(D), uint32_t(base), WARP};
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = 0.f;
@@ -636,17 +670,14 @@ void with_stack(int64_t need, int rows, Fn&& f) {
   }
 }
 
-// Threads per block of the block kernels for a dataset of D rows evaluated `rows` rows per thread.
-int shared_mode_threads(int64_t D, int rows) {
-  int64_t per_thread = (D + rows - 1) / rows;
-  return int(std::min<int64_t>(128, (per_thread + WARP - 1) / WARP * WARP));
-}
-
-// Rows per thread and threads per block for a dataset of D rows: the built-in choice (STRATEGY_AUTO), else
-// the rows of a hybrid strategy.
-void shared_mode_shape(int64_t D, int* rows, int* threads, int64_t strategy = STRATEGY_AUTO) {
+// Rows per thread and threads per block of the block kernels for a dataset of D rows: the built-in choice
+// (STRATEGY_AUTO), else the rows of a hybrid strategy. Blocks of 128 threads, or of up to `one_block` threads
+// when that covers all D rows: one segment per tree stages the tree once and needs no second pass over
+// partial sums.
+void shared_mode_shape(int64_t D, int* rows, int* threads, int64_t strategy, int one_block) {
   *rows = strategy == STRATEGY_AUTO ? (D >= 8192 ? 4 : (D >= 1024 ? 2 : 1)) : hybrid_rows(strategy);
-  *threads = shared_mode_threads(D, *rows);
+  const int64_t per_thread = (D + *rows - 1) / *rows, warps = (per_thread + WARP - 1) / WARP;
+  *threads = int(warps * WARP <= std::max(one_block, 128) ? warps * WARP : 128);
 }
 
 // Raises a kernel's dynamic shared-memory limit when a launch needs more than the default 48 KiB (once per
@@ -697,6 +728,7 @@ at::Tensor forward_cuda(const at::Tensor& kind, const at::Tensor& code, const at
   check_strategy(strategy, false, n_out);
   check_data(Xt, kind, "Xt");
   TORCH_CHECK(Xt.dim() == 2, "gprl: Xt must be [n_in, D]");
+  check_rows(Xt);
   c10::cuda::CUDAGuard guard(kind.device());
   const int64_t P = kind.size(0), L = kind.size(1), D = Xt.size(1);
   at::Tensor Y = at::zeros({P, D, n_out}, Xt.options());
@@ -713,7 +745,7 @@ at::Tensor forward_cuda(const at::Tensor& kind, const at::Tensor& code, const at
     return Y;
   }
   int rows, threads;
-  shared_mode_shape(D, &rows, &threads, strategy);
+  shared_mode_shape(D, &rows, &threads, strategy, 128);
   with_stack(max_stack, rows, [&](auto r_, auto s_) {
     constexpr int R = decltype(r_)::value, S = decltype(s_)::value;
     const int64_t nseg = (D + int64_t(threads) * R - 1) / (int64_t(threads) * R);
@@ -821,9 +853,9 @@ at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at
     return result;
   }
 
-  int rows, threads;
-  shared_mode_shape(D, &rows, &threads, strategy);
   const bool multi = n_out > 1;
+  int rows, threads;
+  shared_mode_shape(D, &rows, &threads, strategy, multi ? 128 : 512);
   // Multi-output keeps rows x outputs in shared memory: the built-in choice falls back to fewer rows when that
   // is large; a hybrid strategy keeps its rows, so one that does not fit is an error.
   const size_t multi_bytes = size_t(threads) * rows * n_out * 4;
@@ -839,19 +871,21 @@ at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at
   with_stack(max_stack, rows, [&](auto r_, auto s_) {
     constexpr int R = decltype(r_)::value, S = decltype(s_)::value;
     const int64_t nseg = (D + int64_t(threads) * R - 1) / (int64_t(threads) * R);
-    at::Tensor partial = at::empty({P * nseg * n_out}, Xt.options().dtype(at::kDouble));
+    at::Tensor partial;  // one segment per tree: the kernel finishes the loss itself
+    if (nseg > 1) partial = at::empty({P * nseg * n_out}, Xt.options().dtype(at::kDouble));
+    double* partial_p = partial.defined() ? partial.data_ptr<double>() : nullptr;
     const size_t smem = tree_smem_bytes(L) + (multi ? size_t(threads) * R * n_out * 4 : 0) + WARP * 8;
     auto launch = [&](auto kernel) {
       set_smem(reinterpret_cast<const void*>(kernel), smem);
       kernel<<<P * nseg, threads, smem, stream()>>>(
           kind.data_ptr<uint8_t>(), code.data_ptr<int16_t>(), out.data_ptr<uint8_t>(), value.data_ptr<float>(),
           size.data_ptr<int16_t>(), int(L), xc.data_ptr<float>(), yc.data_ptr<float>(), wp, D, n_in, int(n_out),
-          int(metric), nseg, partial.data_ptr<double>());
+          int(metric), nseg, wsum_p, partial_p, result.data_ptr<float>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
     if (multi) launch(fitness_kernel<R, S, true>);
     else launch(fitness_kernel<R, S, false>);
-    finish_losses(partial.data_ptr<double>(), P, nseg, n_out, metric, D, wsum_p, result);
+    if (partial_p) finish_losses(partial_p, P, nseg, n_out, metric, D, wsum_p, result);
   });
   return result;
 }

@@ -4,8 +4,8 @@
 // They compute the same mathematical function to within 0.504 ulp of the exact value (argument reduction and
 // polynomials in double, one rounding to float at the end: correctly rounded but for ~4 in 10^4 arguments;
 // tests/test_core_eval.py checks <= 1 ulp; glibc's tanf reaches 1.4 ulp), and rows outside the fast range
-// (|x| > TRIG_FAST_MAX, inf, NaN) go through nodes.h's apply() itself. The post-processing stays nodes.h's:
-// the results pass through clampv() as apply() does. CUDA keeps its own sinf/cosf/tanf via apply().
+// (|x| > TRIG_FAST_MAX, inf, NaN) go through nodes.h's apply() itself, which does not clamp these finite
+// results either. CUDA keeps its own sinf/cosf/tanf via apply().
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -101,7 +101,7 @@ GPRL_ROW_INLINE void trig_rows(int n, const float* a, float* dst, float* tmp) {
   for (int r = 0; r < n; ++r) {
     float x = a[r];
     slow |= !(std::fabs(x) <= TRIG_FAST_MAX);  // true for NaN
-    tmp[r] = clampv(trig_fast<F>(x));          // garbage (no UB) outside the fast range: replaced below
+    tmp[r] = trig_fast<F>(x);                  // garbage (no UB) outside the fast range: replaced below
   }
   if (!slow) {
     for (int r = 0; r < n; ++r) dst[r] = tmp[r];
