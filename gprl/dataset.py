@@ -12,8 +12,9 @@ import torch
 from .devices import canonical_device
 
 
-def as_float_tensor(x, name: str, device: torch.device) -> torch.Tensor:
-    """Validates user data and returns it as a contiguous float32 tensor on `device`."""
+def as_float_tensor(x, name: str, device: torch.device, check_finite: bool = True) -> torch.Tensor:
+    """Validates user data and returns it as a contiguous float32 tensor on `device`; `check_finite` also
+    rejects NaN and inf (on a GPU that check waits for the device: hot loops skip it)."""
     if isinstance(x, np.ndarray):
         if not np.issubdtype(x.dtype, np.floating):
             raise ValueError(f"{name} must have a floating dtype, got {x.dtype}; convert it with .astype(float)")
@@ -26,7 +27,7 @@ def as_float_tensor(x, name: str, device: torch.device) -> torch.Tensor:
         raise ValueError(f"{name} is on {x.device} but the population is on {device}; move it with "
                          f"{name}.to('{device}') or the population with .to('{x.device}')")
     x = x.to(torch.float32).contiguous()
-    if not bool(torch.isfinite(x).all()):
+    if check_finite and not bool(torch.isfinite(x).all()):
         raise ValueError(f"{name} contains NaN or inf values; clean or impute them first")
     return x
 

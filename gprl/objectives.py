@@ -140,7 +140,7 @@ class ClassificationObjective:
         P, D = len(population), self.data.n_rows
         step = max(1, self.chunk_elements // max(1, D * self.n_out))
         for i in range(0, P, step):
-            yield i, population[i:i + step].forward(self.data.X)
+            yield i, population[i:i + step].forward(self.data.X, check_finite=False)  # a checked Dataset
 
     def coefficients(self, population: Population) -> tuple[torch.Tensor, torch.Tensor]:
         """Bias and scale ``[P, n_out]`` (float64) of every tree's outputs: the fitted ones with ``scaling``,

@@ -174,7 +174,8 @@ def evaluate_policies(population: Population, env: VecEnv, action_map: ActionMap
             acc[0].add_(live.to(torch.float64))
             acc[1].add_(flat)
             acc[2].add_(flat * flat)
-        return action_map(population.forward((obs - mean) / std))
+        # no finiteness scan of the observations: it would wait for the GPU at every step
+        return action_map(population.forward((obs - mean) / std, check_finite=False))
 
     res = rollout(env, policy, P, episodes, max_steps=max_steps, seed=seed)
     if stats is not None:

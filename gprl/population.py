@@ -257,15 +257,17 @@ class Population:
         return self
 
     # ---- evaluation ----
-    def forward(self, X, strategy: str | None = None) -> torch.Tensor:
+    def forward(self, X, strategy: str | None = None, check_finite: bool = True) -> torch.Tensor:
         """Outputs of every tree.
 
         ``X[B, n_in]`` is shared by all trees; ``X[P, B, n_in]`` gives tree i its own rows ``X[i]`` (the
         policy case). Returns ``[P, B, n_out]`` float32. ``strategy`` forces a CUDA evaluation strategy of
         shared rows (``gprl.strategy``; default: the calibrated automatic choice); per-tree rows have one.
+        ``check_finite=False`` skips the scan of X for NaN and inf, which on a GPU waits for the device (a
+        policy's step loop skips it): a row with NaN or inf inputs then gives NaN or inf outputs.
         """
         ops = _kernels()
-        X = as_float_tensor(X, "X", self.device)
+        X = as_float_tensor(X, "X", self.device, check_finite)
         if X.dim() not in (2, 3) or X.shape[-1] != self.n_in:
             raise ValueError(f"X must be [B, n_in] or [P, B, n_in] with n_in={self.n_in}, got {tuple(X.shape)}")
         if X.dim() == 3:

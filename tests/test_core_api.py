@@ -127,6 +127,14 @@ def test_save_load_roundtrip(tmp_path):
         Population.load(tmp_path / "other.pt")
 
 
+def test_forward_without_finiteness_check_passes_nan_through():
+    # the policy loop skips the scan (a GPU sync per step); a row with NaN inputs then gives NaN outputs
+    pop = Population.from_expressions(["x0 + x1", "x2 * 2"], n_in=3)
+    out = pop.forward(torch.tensor([[1.0, 2.0, 3.0], [float("nan"), 0.0, 1.0]]), check_finite=False)
+    assert out[:, 0].tolist() == [[3.0], [6.0]]
+    assert torch.isnan(out[0, 1, 0]) and out[1, 1, 0] == 2.0
+
+
 def test_bad_input_names_the_argument():
     pop = Population.random(5, 3, seed=0)
     with pytest.raises(ValueError, match="X must be"):
