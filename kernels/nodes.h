@@ -34,8 +34,8 @@ enum Fn : int {
 constexpr uint64_t ARITY_BITS = [] {
   uint64_t bits = 0;
   for (int fn = 0; fn < NUM_FUNCTIONS; ++fn) {
-    const uint64_t a = fn == IF ? 3 : (fn <= DIV || fn == POW || fn == MAX || fn == MIN || fn == LT || fn == GT) ? 2 : 1;
-    bits |= a << (2 * fn);
+    const bool binary = fn <= DIV || fn == POW || fn == MAX || fn == MIN || fn == LT || fn == GT;
+    bits |= uint64_t(fn == IF ? 3 : (binary ? 2 : 1)) << (2 * fn);
   }
   return bits;
 }();
