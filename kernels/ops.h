@@ -34,7 +34,7 @@ inline void check_data(const at::Tensor& t, const at::Tensor& like, const char* 
   TORCH_CHECK(t.device() == like.device(), "gprl: ", name, " must be on the population's device");
 }
 
-// Element offsets into the inputs are 32-bit inside the kernels.
+// Element offsets into the inputs are 32-bit inside the CUDA kernels.
 inline void check_rows(const at::Tensor& Xt) {
   TORCH_CHECK(Xt.numel() < (int64_t(1) << 31), "gprl: at most 2^31 - 1 input values per call (got ",
               std::to_string(Xt.size(0)), " inputs x ", std::to_string(Xt.size(1)),
@@ -49,7 +49,6 @@ inline at::Tensor check_fitness_args(const at::Tensor& kind, const at::Tensor& c
   check_data(Xt, kind, "Xt");
   check_data(yt, kind, "yt");
   TORCH_CHECK(Xt.dim() == 2 && yt.dim() == 2 && yt.size(1) == Xt.size(1), "gprl: Xt must be [n_in, D], yt [n_out, D]");
-  check_rows(Xt);
   TORCH_CHECK(metric >= MSE && metric <= RMSE, "gprl: metric must be 0 (MSE), 1 (MAE) or 2 (RMSE)");
   if (!weight.has_value()) return at::Tensor();
   check_data(*weight, kind, "weight");

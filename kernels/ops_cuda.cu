@@ -799,6 +799,7 @@ at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at
                         int64_t strategy) {
   at::Tensor w = check_fitness_args(kind, code, out, value, size, Xt, yt, weight, metric);
   check_strategy(strategy, true, yt.size(0));
+  check_rows(Xt);
   c10::cuda::CUDAGuard guard(kind.device());
   const int64_t P = kind.size(0), L = kind.size(1), D = Xt.size(1), n_out = yt.size(0);
   at::Tensor result = at::empty({P}, Xt.options());
