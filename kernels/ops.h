@@ -35,7 +35,7 @@ inline void check_data(const at::Tensor& t, const at::Tensor& like, const char* 
 }
 
 // Element offsets into the inputs are 32-bit inside the CUDA kernels.
-inline void check_rows(const at::Tensor& Xt) {
+inline void check_input_size(const at::Tensor& Xt) {
   TORCH_CHECK(Xt.numel() < (int64_t(1) << 31), "gprl: at most 2^31 - 1 input values per call (got ",
               std::to_string(Xt.size(0)), " inputs x ", std::to_string(Xt.size(1)),
               " rows); split the rows into chunks");

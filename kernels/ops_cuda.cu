@@ -189,9 +189,8 @@ __device__ __forceinline__ bool eval_tree(const Tree& t, int n_in, int n_out, Lo
 }
 
 // Input v of a thread's rows first + r * step (r < R) of X [n_in, D] (column-major). Rows past D read row
-// D - 1, whose values the callers never use: the loads need no branch. Offsets are 32-bit (check_rows):
+// D - 1, whose values the callers never use: the loads need no branch. Offsets are 32-bit (check_input_size):
 // 64-bit compares and address sums per row and input node cost more than the node's arithmetic.
-template <int R>
 struct RowLoad {
   const float* X;
   uint32_t D, first, step;
@@ -232,7 +231,7 @@ __global__ void forward_kernel(const uint8_t* kind, const int16_t* code, const u
   const int64_t base = seg * int64_t(blockDim.x) * R + threadIdx.x;
   float* y = Y + p * D * n_out;
   auto row = [&](int r) { return base + int64_t(r) * blockDim.x; };
-  const RowLoad<R> load{X, uint32_t(D), uint32_t(base), blockDim.x};
+  const RowLoad load{X, uint32_t(D), uint32_t(base), blockDim.x};
   auto emit = [&](int k, int r, float v) { if (row(r) < D) y[row(r) * n_out + k] += v; };
   if (!eval_tree<R, STACK>(t, n_in, n_out, load, emit)) {
     for (int r = 0; r < R; ++r)
@@ -302,7 +301,7 @@ __global__ void fitness_kernel(const uint8_t* kind, const int16_t* code, const u
   const Tree t = stage_tree(kind, code, out, value, size, p, L, smem);  // syncs
   const int64_t base = seg * int64_t(blockDim.x) * R + threadIdx.x;
   auto row = [&](int r) { return base + int64_t(r) * blockDim.x; };
-  const RowLoad<R> load{X, uint32_t(D), uint32_t(base), blockDim.x};
+  const RowLoad load{X, uint32_t(D), uint32_t(base), blockDim.x};
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.f;
@@ -387,7 +386,7 @@ __global__ void fitness_warp_kernel(const uint8_t* kind, const int16_t* code, co
   bool ok = true;
   for (int64_t base = lane; base < D && ok; base += int64_t(WARP) * R) {
     auto row = [&](int r) { return base + int64_t(r) * WARP; };
-    const RowLoad<R> load{x, uint32_t(D), uint32_t(base), WARP};
+    const RowLoad load{x, uint32_t(D), uint32_t(base), WARP};
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = 0.f;
@@ -671,13 +670,13 @@ void with_stack(int64_t need, int rows, Fn&& f) {
 }
 
 // Rows per thread and threads per block of the block kernels for a dataset of D rows: the built-in choice
-// (STRATEGY_AUTO), else the rows of a hybrid strategy. Blocks of 128 threads, or of up to `one_block` threads
-// when that covers all D rows: one segment per tree stages the tree once and needs no second pass over
+// (STRATEGY_AUTO), else the rows of a hybrid strategy. Blocks of 128 threads, or of up to `one_block` (>= 128)
+// threads when that covers all D rows: one segment per tree stages the tree once and needs no second pass over
 // partial sums.
 void shared_mode_shape(int64_t D, int* rows, int* threads, int64_t strategy, int one_block) {
   *rows = strategy == STRATEGY_AUTO ? (D >= 8192 ? 4 : (D >= 1024 ? 2 : 1)) : hybrid_rows(strategy);
   const int64_t per_thread = (D + *rows - 1) / *rows, warps = (per_thread + WARP - 1) / WARP;
-  *threads = int(warps * WARP <= std::max(one_block, 128) ? warps * WARP : 128);
+  *threads = int(warps * WARP <= one_block ? warps * WARP : 128);
 }
 
 // Raises a kernel's dynamic shared-memory limit when a launch needs more than the default 48 KiB (once per
@@ -728,7 +727,7 @@ at::Tensor forward_cuda(const at::Tensor& kind, const at::Tensor& code, const at
   check_strategy(strategy, false, n_out);
   check_data(Xt, kind, "Xt");
   TORCH_CHECK(Xt.dim() == 2, "gprl: Xt must be [n_in, D]");
-  check_rows(Xt);
+  check_input_size(Xt);
   c10::cuda::CUDAGuard guard(kind.device());
   const int64_t P = kind.size(0), L = kind.size(1), D = Xt.size(1);
   at::Tensor Y = at::zeros({P, D, n_out}, Xt.options());
@@ -799,7 +798,7 @@ at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at
                         int64_t strategy) {
   at::Tensor w = check_fitness_args(kind, code, out, value, size, Xt, yt, weight, metric);
   check_strategy(strategy, true, yt.size(0));
-  check_rows(Xt);
+  check_input_size(Xt);
   c10::cuda::CUDAGuard guard(kind.device());
   const int64_t P = kind.size(0), L = kind.size(1), D = Xt.size(1), n_out = yt.size(0);
   at::Tensor result = at::empty({P}, Xt.options());
