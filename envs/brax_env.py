@@ -63,6 +63,15 @@ def known_names() -> list[str]:
     return brax_names() + playground_names()
 
 
+def _strongly_typed(jax: Any, tree: Any) -> Any:
+    """``tree`` with its weakly typed leaves made strongly typed (same dtype and values).
+
+    Brax's step returns some leaves weakly typed (``done``, metrics) that its reset returns strongly typed, so
+    the state after a step has other abstract types than the state after reset: every jitted step would be
+    compiled twice, once for each (seconds to minutes per environment)."""
+    return jax.tree.map(lambda x: jax.lax.convert_element_type(x, x.dtype) if x.weak_type else x, tree)
+
+
 def _jax_device(jax: Any, device: torch.device) -> Any:
     if device.type == "cuda":
         gpus = jax.devices("gpu")
@@ -121,8 +130,10 @@ class BraxEnv(VecEnv):
             raise TypeError(f"{name}: dict observations ({obs_size}) are not supported")
 
         with jax.default_device(self.jax_device):
-            self._reset_fn = jax.jit(jax.vmap(self.env.reset))
-            self._step_fn = jax.jit(jax.vmap(self.env.step))  # the simulator alone (base-class path, benchmarks)
+            reset, step = jax.vmap(self.env.reset), jax.vmap(self.env.step)
+            self._reset_fn = jax.jit(lambda keys: _strongly_typed(jax, reset(keys)))
+            # the simulator alone (base-class path, benchmarks)
+            self._step_fn = jax.jit(lambda state, action: _strongly_typed(jax, step(state, action)))
             self._keys_fn = jax.jit(jax.vmap(jax.random.PRNGKey))
             self._split_fn = jax.jit(jax.vmap(jax.random.split))
         self._keys: Any = None
@@ -158,7 +169,7 @@ class BraxEnv(VecEnv):
 
         def fused(state: Any, term: Any, trunc: Any, at_limit: Any, action: Any) -> tuple[Any, ...]:
             action = jnp.clip(jnp.nan_to_num(action.astype(jnp.float32), nan=0.0), lo, hi)
-            state = step(state, action)
+            state = _strongly_typed(jax, step(state, action))
             was_done = term | trunc
             reward = jnp.where(was_done, jnp.float32(0), state.reward.astype(jnp.float32))
             # Brax's done is 1 - healthy (or NaN detection in Playground): the task's termination
@@ -238,7 +249,9 @@ class BraxEnv(VecEnv):
                 # environments [a, b) of a larger batch, reset with seed + a, starts exactly as they would there
                 base = self.seed if seed is None else seed
                 seeds = (np.arange(self.num_envs, dtype=np.int64) + base) % 2**32
-                self._keys = self._keys_fn(jax.numpy.asarray(seeds.astype(np.uint32)))
+                # committed to the device, as the step's outputs are (they come from committed DLPack imports):
+                # a state of other placement would compile every jitted step a second time
+                self._keys = self._keys_fn(jax.device_put(seeds.astype(np.uint32), self.jax_device))
             keys = self._split_fn(self._keys)  # [N, 2, key]: the next stream and this reset's key
             self._keys = keys[:, 0]
             self._state = self._reset_fn(keys[:, 1])

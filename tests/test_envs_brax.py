@@ -85,6 +85,8 @@ def test_fused_step_equals_the_base_class_step() -> None:
             # an ended episode keeps being stepped (its obs may go NaN): compared as it is
             torch.testing.assert_close(x, y, rtol=0, atol=0, equal_nan=True)
     assert env.done.all() and env._terminated[:-1].any() and env._truncated[-1]
+    # every jitted function compiled once: the state after reset has the step's types and placement
+    assert env._reset_fn._cache_size() == env._fused_fn._cache_size() == env._step_fn._cache_size() == 1
 
 
 def test_dlpack_shares_storage_on_cpu(pendulum: genvs.VecEnv) -> None:
