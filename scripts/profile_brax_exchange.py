@@ -1,0 +1,185 @@
+"""Where the Brax adapter's step time goes on a GPU: the simulator, the fused masking, the DLPack exchange.
+
+A Brax step holds the host (XLA runs the physics' while loops with a host round trip per iteration), so
+everything the adapter adds to a step adds to its wall time. This times, interleaved (the order reversed every
+round) and each sample after ``reset(seed=0)``, loops that add one part of the adapter at a time to the raw
+``jit(vmap(env.step))`` loop, on actions prepared beforehand (torch tensors; their JAX imports for the loops
+that do not import):
+
+* ``raw``: ``jit(vmap(env.step))``; ``fused_only``: our fused jitted step (clip, step, masking, packing), no
+  exchange; ``ours``: ``env.step`` (fused step, one import, two exports); ``base``: the base-class path
+  (``VecEnv.step``: raw step, three exports, masking in torch)
+* ``raw_import`` / ``fused_import``: plus the action's import each step; ``raw_export`` / ``fused_export``:
+  plus the observation's and the reward's (packed buffer's) export each step
+* ``lean``: ``ours`` with the import through jaxlib's own DLPack call, skipping ``jax.dlpack.from_dlpack``'s
+  Python (private JAX API: a diagnostic only)
+* ``sync_import`` / ``sync_export`` / ``sync_both``: ``ours`` with the exchange ordered by the host instead of
+  by stream events (torch's stream synchronised before the import; the export waits on the host)
+
+Also the host cost of each piece per call, and whether a raw step's dispatch returns before the GPU is done.
+Prints one JSON line (``BRAX {...}``).
+
+    python scripts/profile_brax_exchange.py --num-envs 8192 [--loops raw ours fused_only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import gprl.envs as genvs
+import jax
+import torch
+import torch.utils.dlpack
+from gprl.envs.base import VecEnv
+
+BANK = 16
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--task", default="hopper")
+    ap.add_argument("--num-envs", type=int, default=8192)
+    ap.add_argument("--steps", type=int, default=50, help="steps a sample")
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--budget-s", type=float, default=150.0, help="stop sampling after this many seconds")
+    ap.add_argument("--loops", nargs="+", default=None, help="loops to time (default: all)")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("profile_brax_exchange.py needs a CUDA device")
+    from jax._src.lib import _jax, jaxlib_extension_version  # the lean import only
+
+    n = args.num_envs
+    env = genvs.make(args.task, backend="brax", num_envs=n, device="cuda", seed=0)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    bank = [torch.rand(n, env.act_dim, device="cuda", generator=gen) * 2 - 1 for _ in range(BANK)]
+    jbank = [env.to_jax(b) for b in bank]
+    dev = env.jax_device
+    ready_stream = dev.get_stream_for_external_ready_events()
+
+    def to_buffer(capsule, stream):
+        if jaxlib_extension_version >= 467:
+            return _jax.dlpack_managed_tensor_to_buffer(capsule, dev, stream, None, 2)  # 2: kDLCUDA
+        return _jax.dlpack_managed_tensor_to_buffer(capsule, dev, stream, None)
+
+    def lean_import(t):
+        return to_buffer(t.__dlpack__(stream=ready_stream), ready_stream)
+
+    def sync_import(t):
+        torch.cuda.current_stream().synchronize()
+        return to_buffer(t.__dlpack__(stream=-1), None)  # -1: no stream ordering (done on the host)
+
+    def sync_export(x, stream):
+        return torch.utils.dlpack.from_dlpack(x.__dlpack__(stream=None))  # None: JAX waits on the host
+
+    def sync() -> None:
+        jax.block_until_ready(env._state)
+        torch.cuda.synchronize()
+
+    def ours(steps, imp=None, exp=None):
+        if imp:
+            env.to_jax = imp
+        if exp:
+            env.to_torch = exp
+        try:
+            for i in range(steps):
+                env.step(bank[i % BANK])
+        finally:
+            env.__dict__.pop("to_jax", None), env.__dict__.pop("to_torch", None)
+
+    def raw(steps, imported=False, exported=False):
+        s = env._state
+        for i in range(steps):
+            s = env._step_fn(s, env.to_jax(bank[i % BANK]) if imported else jbank[i % BANK])
+            if exported:
+                stream = env._torch_stream()
+                env.to_torch(s.obs, stream), env.to_torch(s.reward, stream)
+        env._state = s
+
+    def fused(steps, imported=False, exported=False):
+        s, f, at_limit = env._state, env._fused_fn, env._at_limit[False]
+        term, trunc = env.to_jax(env._terminated), env.to_jax(env._truncated)
+        for i in range(steps):
+            action = env.to_jax(bank[i % BANK]) if imported else jbank[i % BANK]
+            s, term, trunc, packed = f(s, term, trunc, at_limit, action)
+            if exported:
+                stream = env._torch_stream()
+                env.to_torch(s.obs, stream), env.to_torch(packed, stream)
+        env._state = s
+
+    def base(steps):
+        for i in range(steps):
+            VecEnv.step(env, bank[i % BANK])
+
+    loops = {
+        "raw": raw, "fused_only": fused, "ours": ours, "base": base,
+        "raw_import": lambda T: raw(T, imported=True), "raw_export": lambda T: raw(T, exported=True),
+        "fused_import": lambda T: fused(T, imported=True), "fused_export": lambda T: fused(T, exported=True),
+        "lean": lambda T: ours(T, imp=lean_import), "sync_import": lambda T: ours(T, imp=sync_import),
+        "sync_export": lambda T: ours(T, exp=sync_export),
+        "sync_both": lambda T: ours(T, imp=sync_import, exp=sync_export),
+    }  # fmt: skip
+    names = ["raw"] + [k for k in (args.loops or loops) if k != "raw"]
+    for name in names:  # compilation and warm-up
+        env.reset(seed=0)
+        sync()
+        loops[name](5)
+        sync()
+    samples: dict[str, list[float]] = {k: [] for k in names}
+    end = time.time() + args.budget_s
+    rounds = 0
+    while rounds < args.rounds and time.time() < end:
+        for name in names if rounds % 2 == 0 else names[::-1]:
+            env.reset(seed=0)
+            sync()
+            t0 = time.perf_counter()
+            loops[name](args.steps)
+            sync()
+            samples[name].append((time.perf_counter() - t0) / args.steps * 1e3)
+        rounds += 1
+
+    def per_call_us(fn, calls: int = 200) -> float:
+        fn()
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        us = (time.perf_counter() - t0) / calls * 1e6
+        sync()
+        return round(us, 1)
+
+    env.reset(seed=0)
+    sync()
+    obs, stream = env._state.obs, env._torch_stream()
+    s = env._state
+    t0 = time.perf_counter()
+    s2 = env._step_fn(s, jbank[0])
+    t1 = time.perf_counter()
+    jax.block_until_ready(s2)
+    t2 = time.perf_counter()
+    out = {
+        "device": torch.cuda.get_device_name(), "task": args.task, "N": n, "jax": jax.__version__,
+        "rounds": rounds, "steps_per_sample": args.steps,
+        "ms_per_step_median": {k: round(statistics.median(v), 3) for k, v in samples.items()},
+        "overhead_pct_paired": {k: round(statistics.median([(a / b - 1) * 100 for a, b in
+                                                            zip(samples[k], samples["raw"])]), 2)
+                                for k in names if k != "raw"},
+        "samples_ms": {k: [round(x, 2) for x in v] for k, v in samples.items()},
+        "pieces_us": {"to_jax": per_call_us(lambda: env.to_jax(bank[0])),
+                      "lean_import": per_call_us(lambda: lean_import(bank[0])),
+                      "sync_import": per_call_us(lambda: sync_import(bank[0])),
+                      "to_torch": per_call_us(lambda: env.to_torch(obs, stream)),
+                      "sync_export": per_call_us(lambda: sync_export(obs, stream)),
+                      "torch_stream": per_call_us(env._torch_stream)},
+        "raw_step_dispatch_ms": round((t1 - t0) * 1e3, 3), "raw_step_total_ms": round((t2 - t0) * 1e3, 3),
+    }  # fmt: skip
+    print("BRAX", json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
