@@ -105,9 +105,9 @@ def main() -> None:
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("profile_fitness_calls.py needs a CUDA device (the CPU backend has no launches to profile)")
-    x = torch.zeros(16, device="cuda")
+    buf = torch.zeros(16, device="cuda")
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "floor": {"event_us_one_launch": event_us(lambda: x.add_(1)),
+           "floor": {"event_us_one_launch": event_us(lambda: buf.add_(1)),
                      "event_us_torch_empty": event_us(lambda: torch.empty(0, device="cuda"))},
            "cells": {}}
     for cell in args.cells:
