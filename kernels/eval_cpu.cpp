@@ -47,6 +47,10 @@ TreeView tree_at(const at::Tensor& kind, const at::Tensor& code, const at::Tenso
                  const at::Tensor& size, int64_t t) {
   int64_t L = kind.size(1), o = t * L;
   int len = L > 0 ? size.data_ptr<int16_t>()[o] : 0;
+  // a length past the row would read the next tree's nodes, or past the tensor for the last tree
+  TORCH_CHECK(len >= 0 && len <= L, "gprl: tree ", std::to_string(t), " has length size[", std::to_string(t),
+              ", 0] = ", std::to_string(len), " outside [0, max_len = ", std::to_string(L),
+              "]; check it with gprl.validate");
   return {kind.data_ptr<uint8_t>() + o, code.data_ptr<int16_t>() + o, out.data_ptr<uint8_t>() + o,
           value.data_ptr<float>() + o, len};
 }

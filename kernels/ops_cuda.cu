@@ -127,6 +127,7 @@ struct Tree {
 // node) that traffic overflowed L1 and saturated the H100's L2 in large calls.
 template <int R, int STACK, typename Load, typename Emit>
 __device__ __forceinline__ bool eval_tree(const Tree& t, int n_in, int n_out, Load load, Emit emit) {
+  if (t.len < 0) return false;  // a length outside [0, max_len] (checked_len)
   float below[STACK][R], top[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) top[r] = 0.f;
@@ -188,6 +189,13 @@ __device__ __forceinline__ bool eval_tree(const Tree& t, int n_in, int n_out, Lo
   return true;
 }
 
+// Tree p's length, or -1 (eval_tree rejects it) where size[p][0] lies outside [0, L]: staging or reading
+// that many nodes would run past the tree's slot, and for the last tree past the population.
+__device__ __forceinline__ int checked_len(const int16_t* size, int64_t p, int L) {
+  const int len = size[p * L];
+  return len >= 0 && len <= L ? len : -1;
+}
+
 // Input v of a thread's rows first + r * step (r < R) of X [n_in, D] (column-major). Rows past D read row
 // D - 1, whose values the callers never use: the loads need no branch. Offsets are 32-bit (check_input_size):
 // 64-bit compares and address sums per row and input node cost more than the node's arithmetic.
@@ -207,7 +215,7 @@ __device__ Tree stage_tree(const uint8_t* kind, const int16_t* code, const uint8
   uint8_t* s_kind = reinterpret_cast<uint8_t*>(smem + 6 * L);
   uint8_t* s_out = s_kind + L;
   const int64_t o = p * L;
-  const int len = size[o];
+  const int len = checked_len(size, p, L);
   for (int i = threadIdx.x; i < len; i += blockDim.x) {
     s_value[i] = value[o + i];
     s_code[i] = code[o + i];
@@ -248,7 +256,7 @@ __global__ void forward_batched_kernel(const uint8_t* kind, const int16_t* code,
   const int64_t gid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (gid >= P * B) return;
   const int64_t p = gid / B, b = gid % B, o = p * L;
-  const Tree t{kind + o, code + o, out + o, value + o, int(size[o])};
+  const Tree t{kind + o, code + o, out + o, value + o, checked_len(size, p, L)};
   const float* x = X + p * n_in * B + b;
   float* y = Y + gid * n_out;
   auto load = [&](int v, int) { return x[int64_t(v) * B]; };
@@ -349,7 +357,7 @@ __device__ Tree stage_tree_warp(const uint8_t* kind, const int16_t* code, const 
   uint8_t* s_kind = reinterpret_cast<uint8_t*>(buf + 6 * L);
   uint8_t* s_out = s_kind + L;
   const int64_t o = p * L;
-  const int len = size[o];
+  const int len = checked_len(size, p, L);
   for (int i = lane; i < len; i += WARP) {
     s_value[i] = value[o + i];
     s_code[i] = code[o + i];

@@ -189,6 +189,20 @@ def test_kernel_errors_with_numbers_reach_python():
         ops.forward(*pop.tensors(), torch.randn(3, 8), 1, pop.max_stack())
 
 
+def test_a_length_past_max_len_is_an_error_not_a_read_past_the_tree():
+    # the last tree's row is the end of the tensors: its nodes past max_len would be read out of bounds
+    pop = Population.random(4, 2, max_len=16, seed=0)
+    kind, code, out, value, size = (t.clone() for t in pop.tensors())
+    size[3, 0] = 3000
+    ops, msg = torch.ops.gprl, r"tree 3 has length size\[3, 0\] = 3000 outside \[0, max_len = 16\]"
+    with pytest.raises(RuntimeError, match=msg):
+        ops.forward(kind, code, out, value, size, torch.rand(2, 5), 1, 16)
+    with pytest.raises(RuntimeError, match=msg):
+        ops.forward_batched(kind, code, out, value, size, torch.rand(4, 5, 2), 1, 16)
+    with pytest.raises(RuntimeError, match=msg):
+        ops.fitness(kind, code, out, value, size, torch.rand(2, 5), torch.rand(1, 5), None, 0, 16)
+
+
 def test_ten_bytes_per_node():
     pop = Population.random(4, 2, max_len=512, seed=0)
     assert sum(t.element_size() for t in pop.tensors()) == 10

@@ -235,17 +235,21 @@ def test_invalid_strategy_ids_raise_on_cuda():
 
 
 def test_malformed_trees_give_nan_for_every_strategy():
-    pop = Population.from_expressions(["x0 + x1", "x0 * x1", "x1"], n_in=2, max_len=3).to("cuda")
+    pop = Population.from_expressions(["x0 + x1", "x0 * x1", "x1", "x0"], n_in=2, max_len=3).to("cuda")
     pop.size[0, 0] = 2  # the add lacks a child
+    pop.size[3, 0] = 3000  # past max_len: staged or read, its nodes would run past the population
     ops = torch.ops.gprl
     Xt, yt = torch.ones(2, 70, device="cuda"), torch.zeros(1, 70, device="cuda")
     for s in FIT:
         sid = strategy.IDS[s]
         f = ops.fitness(*pop.tensors(), Xt, yt, None, 0, 4, sid)
-        assert torch.isnan(f[0]) and f[1].item() == 1.0 and f[2].item() == 1.0, s
+        assert torch.isnan(f[0]) and f[1].item() == 1.0 and f[2].item() == 1.0 and torch.isnan(f[3]), s
         if s in FWD:
             Y = ops.forward(*pop.tensors(), Xt, 1, 4, sid)
             assert torch.isnan(Y[0]).all() and torch.equal(Y[2], torch.ones(70, 1, device="cuda")), s
+            assert torch.isnan(Y[3]).all(), s
+    Yb = ops.forward_batched(*pop.tensors(), torch.ones(4, 5, 2, device="cuda"), 1, 4)
+    assert torch.isnan(Yb[0]).all() and torch.isnan(Yb[3]).all() and torch.equal(Yb[1], torch.ones(5, 1, device="cuda"))
     torch.cuda.synchronize()
 
 
