@@ -108,13 +108,34 @@ at::Tensor validate_cuda(const at::Tensor& kind, const at::Tensor& code, const a
 // ---------------------------------------------------------------------------------------------------
 // evaluation
 
-// A tree as four arrays (shared or global memory) and its length.
+// A node's kind byte, output index and code in one 32-bit word: the interpreter reads a node with one load
+// instead of a load of its kind and, after branching on it, a dependent load of its code.
+struct Node {
+  uint32_t w;
+  __device__ __forceinline__ static Node pack(uint8_t kind, uint8_t out, int16_t code) {
+    return {uint32_t(kind) | uint32_t(out) << 8 | uint32_t(uint16_t(code)) << 16};
+  }
+  __device__ __forceinline__ uint8_t kind() const { return uint8_t(w); }
+  __device__ __forceinline__ uint8_t out() const { return uint8_t(w >> 8); }
+  __device__ __forceinline__ int16_t code() const { return int16_t(w >> 16); }
+};
+
+// A tree staged in shared memory (stage_tree): packed nodes, constants and its length.
 struct Tree {
+  const uint32_t* node;
+  const float* value;
+  int len;
+  __device__ __forceinline__ Node at(int i) const { return {node[i]}; }
+};
+
+// A tree read in place from the population's arrays in global memory (per-tree rows: nothing to share).
+struct GlobalTree {
   const uint8_t* kind;
   const int16_t* code;
   const uint8_t* out;
   const float* value;
   int len;
+  __device__ __forceinline__ Node at(int i) const { return Node::pack(kind[i], out[i], code[i]); }
 };
 
 // Interprets `t` for R rows per thread. load(v, r) returns input v of the thread's r-th row;
@@ -125,25 +146,32 @@ struct Tree {
 // holding value j, slot 0 a scratch slot so that a push never branches): a leaf stores one value there, a
 // binary node loads one, a unary node none. With the whole stack in local memory (three accesses per binary
 // node) that traffic overflowed L1 and saturated the H100's L2 in large calls.
-template <int R, int STACK, typename Load, typename Emit>
-__device__ __forceinline__ bool eval_tree(const Tree& t, int n_in, int n_out, Load load, Emit emit) {
+//
+// A function node loads the value below the top before dispatching on its function (a slot that exists
+// whenever the node has an operand): that load's latency overlaps the dispatch instead of following it on
+// the node's critical path, which bounds calls whose time is the longest tree's chain of nodes.
+template <int R, int STACK, typename TreeT, typename Load, typename Emit>
+__device__ __forceinline__ bool eval_tree(const TreeT& t, int n_in, int n_out, Load load, Emit emit) {
   if (t.len < 0) return false;  // a length outside [0, max_len] (checked_len)
   float below[STACK][R], top[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) top[r] = 0.f;
   int sp = 0;  // values on the stack
   for (int i = t.len - 1; i >= 0; --i) {
-    const uint8_t kd = t.kind[i];
+    const Node nd = t.at(i);
+    const uint8_t kd = nd.kind();
     const int k = kd & KIND_MASK;
     if (k == FUNC) {
-      const int fn = t.code[i], ar = arity(fn);
+      const int fn = nd.code(), ar = arity(fn);
       if (sp < ar) return false;
-      float res[R];
+      float second[R], res[R];  // second: the second operand of a binary node (sp >= ar >= 1)
+#pragma unroll
+      for (int r = 0; r < R; ++r) second[r] = below[sp - 1][r];
       switch (fn) {  // operands: the first child's value on top, then the second's and third's below it
 #define GPRL_CASE(F)                                                                            \
   case F:                                                                                       \
     _Pragma("unroll") for (int r = 0; r < R; ++r) {                                             \
-      const float b = arity(F) >= 2 ? below[sp - 1][r] : top[r];                                \
+      const float b = arity(F) >= 2 ? second[r] : top[r];                                       \
       const float c = arity(F) >= 3 ? below[sp - 2][r] : top[r];                                \
       res[r] = apply(F, top[r], b, c);                                                          \
     }                                                                                           \
@@ -154,7 +182,7 @@ __device__ __forceinline__ bool eval_tree(const Tree& t, int n_in, int n_out, Lo
       }
       sp -= ar - 1;
       if (kd & OUTPUT_FLAG) {  // Modi: add to the output, pass the last child's value up
-        const int o = t.out[i];
+        const int o = nd.out();
         if (o >= n_out) return false;
 #pragma unroll
         for (int r = 0; r < R; ++r) emit(o, r, res[r]);
@@ -171,7 +199,7 @@ __device__ __forceinline__ bool eval_tree(const Tree& t, int n_in, int n_out, Lo
 #pragma unroll
     for (int r = 0; r < R; ++r) below[sp][r] = top[r];
     if (k == VAR) {
-      const int v = t.code[i];
+      const int v = nd.code();
       if (v < 0 || v >= n_in) return false;
 #pragma unroll
       for (int r = 0; r < R; ++r) top[r] = load(v, r);
@@ -182,7 +210,7 @@ __device__ __forceinline__ bool eval_tree(const Tree& t, int n_in, int n_out, Lo
     }
     ++sp;
   }
-  if (t.len > 0 && !(t.kind[0] & OUTPUT_FLAG)) {  // the bottom value: the root's for a well-formed tree
+  if (t.len > 0 && !(t.at(0).kind() & OUTPUT_FLAG)) {  // the bottom value: the root's for a well-formed tree
 #pragma unroll
     for (int r = 0; r < R; ++r) emit(0, r, sp <= 1 ? top[r] : below[1][r]);
   }
@@ -207,23 +235,28 @@ struct RowLoad {
   }
 };
 
-// Copies tree p into shared memory (layout: value[L] | code[L] | kind[L] | out[L]) and returns a view.
-__device__ Tree stage_tree(const uint8_t* kind, const int16_t* code, const uint8_t* out, const float* value,
-                           const int16_t* size, int64_t p, int L, char* smem) {
-  float* s_value = reinterpret_cast<float*>(smem);
-  int16_t* s_code = reinterpret_cast<int16_t*>(smem + 4 * L);
-  uint8_t* s_kind = reinterpret_cast<uint8_t*>(smem + 6 * L);
-  uint8_t* s_out = s_kind + L;
+// Copies nodes first, first + step, ... of tree p into `buf` (layout: value[L] | packed node[L]) and
+// returns a view; the caller synchronises.
+__device__ __forceinline__ Tree copy_tree(const uint8_t* kind, const int16_t* code, const uint8_t* out,
+                                          const float* value, const int16_t* size, int64_t p, int L, char* buf,
+                                          int first, int step) {
+  float* s_value = reinterpret_cast<float*>(buf);
+  uint32_t* s_node = reinterpret_cast<uint32_t*>(buf + 4 * L);
   const int64_t o = p * L;
   const int len = checked_len(size, p, L);
-  for (int i = threadIdx.x; i < len; i += blockDim.x) {
+  for (int i = first; i < len; i += step) {
     s_value[i] = value[o + i];
-    s_code[i] = code[o + i];
-    s_kind[i] = kind[o + i];
-    s_out[i] = out[o + i];
+    s_node[i] = Node::pack(kind[o + i], out[o + i], code[o + i]).w;
   }
+  return {s_node, s_value, len};
+}
+
+// Copies tree p into shared memory with the whole block.
+__device__ Tree stage_tree(const uint8_t* kind, const int16_t* code, const uint8_t* out, const float* value,
+                           const int16_t* size, int64_t p, int L, char* smem) {
+  const Tree t = copy_tree(kind, code, out, value, size, p, L, smem, threadIdx.x, blockDim.x);
   __syncthreads();
-  return {s_kind, s_code, s_out, s_value, len};
+  return t;
 }
 
 __host__ __device__ size_t tree_smem_bytes(int64_t L) { return size_t((8 * L + 15) / 16 * 16); }
@@ -256,7 +289,7 @@ __global__ void forward_batched_kernel(const uint8_t* kind, const int16_t* code,
   const int64_t gid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (gid >= P * B) return;
   const int64_t p = gid / B, b = gid % B, o = p * L;
-  const Tree t{kind + o, code + o, out + o, value + o, checked_len(size, p, L)};
+  const GlobalTree t{kind + o, code + o, out + o, value + o, checked_len(size, p, L)};
   const float* x = X + p * n_in * B + b;
   float* y = Y + gid * n_out;
   auto load = [&](int v, int) { return x[int64_t(v) * B]; };
@@ -349,23 +382,12 @@ __global__ void finish_loss_kernel(const double* partial, int64_t P, int64_t nse
   result[p] = float(total / n_out);
 }
 
-// Copies tree p into a warp's slice of shared memory (layout as stage_tree) with the warp's lanes.
+// Copies tree p into a warp's slice of shared memory with the warp's lanes.
 __device__ Tree stage_tree_warp(const uint8_t* kind, const int16_t* code, const uint8_t* out, const float* value,
                                 const int16_t* size, int64_t p, int L, char* buf, int lane) {
-  float* s_value = reinterpret_cast<float*>(buf);
-  int16_t* s_code = reinterpret_cast<int16_t*>(buf + 4 * L);
-  uint8_t* s_kind = reinterpret_cast<uint8_t*>(buf + 6 * L);
-  uint8_t* s_out = s_kind + L;
-  const int64_t o = p * L;
-  const int len = checked_len(size, p, L);
-  for (int i = lane; i < len; i += WARP) {
-    s_value[i] = value[o + i];
-    s_code[i] = code[o + i];
-    s_kind[i] = kind[o + i];
-    s_out[i] = out[o + i];
-  }
+  const Tree t = copy_tree(kind, code, out, value, size, p, L, buf, lane, WARP);
   __syncwarp();
-  return {s_kind, s_code, s_out, s_value, len};
+  return t;
 }
 
 // One warp per single-output tree, looping over all D rows. The tree is staged in shared memory with one
@@ -482,6 +504,8 @@ __device__ void block_scan(int* a, int n) {
 // named by a descriptor d, resolved once per operand at setup: d >= 0 is row r's value at S[d + r] (a
 // function node's results or a staged input column); -L <= d < 0 the constant S[-1 - d] (the staged tree's
 // value array of node -1 - d); d < -L input column -d - L - 1 read from global memory.
+__device__ __forceinline__ bool is_modi(uint8_t kd) { return (kd & KIND_MASK) == FUNC && (kd & OUTPUT_FLAG); }
+
 struct LevelTree {
   Tree t;
   const float* S;  // the block's shared memory as floats
@@ -501,20 +525,18 @@ struct LevelTree {
     float acc = 0.f;
     if (modi)
       for (int i = t.len - 1; i >= 0; --i)
-        if ((t.kind[i] & (KIND_MASK | OUTPUT_FLAG)) == (FUNC | OUTPUT_FLAG) && t.out[i] == k)
+        if (is_modi(t.at(i).kind()) && t.at(i).out() == k)
           acc += S[vals + i * rows + r];
-    if (k == 0 && !(t.kind[0] & OUTPUT_FLAG)) acc += load(root, r);
+    if (k == 0 && !(t.at(0).kind() & OUTPUT_FLAG)) acc += load(root, r);
     return acc;
   }
 };
 
-__device__ __forceinline__ bool is_modi(uint8_t kd) { return (kd & KIND_MASK) == FUNC && (kd & OUTPUT_FLAG); }
-
 // The node whose value node c hands to its parent: c itself, or for a Modi node its last child's.
-__device__ int passed_value_node(const uint8_t* kind, const int16_t* code, const int16_t* size, int c) {
-  while (is_modi(kind[c])) {
+__device__ int passed_value_node(const Tree& t, const int16_t* size, int c) {
+  while (is_modi(t.at(c).kind())) {
     int last = c + 1;
-    for (int a = 1; a < arity(code[c]); ++a) last += size[last];
+    for (int a = 1; a < arity(t.at(c).code()); ++a) last += size[last];
     c = last;
   }
   return c;
@@ -548,19 +570,21 @@ __device__ bool eval_levels(const uint8_t* kind, const int16_t* code, const uint
   const float* S = reinterpret_cast<const float*>(smem);
   const int vals = int(lay.vals / 4), x_index = int(lay.xs / 4);
   auto describe = [&](int j) {  // the descriptor of node j's own value
-    const int k = t.kind[j] & KIND_MASK;
+    const Node nd = t.at(j);
+    const int k = nd.kind() & KIND_MASK;
     if (k == FUNC) return vals + j * rows;
-    if (k == VAR) return stage_x ? x_index + t.code[j] * rows : -L - 1 - t.code[j];
+    if (k == VAR) return stage_x ? x_index + nd.code() * rows : -L - 1 - nd.code();
     return -1 - j;
   };
   // structure: every function node's children tile its subtree, leaves have size 1, the root spans len
   bool bad = false;
   for (int i = threadIdx.x; i < len && !bad; i += blockDim.x) {
-    const int sz = s_size[i], k = t.kind[i] & KIND_MASK, end = i + sz;
+    const Node nd = t.at(i);
+    const int sz = s_size[i], k = nd.kind() & KIND_MASK, end = i + sz;
     bool b = sz < 1 || end > len || (i == 0 && sz != len);
     if (!b && k == FUNC) {
-      const int fn = t.code[i];
-      b = fn < 0 || fn >= NUM_FUNCTIONS || ((t.kind[i] & OUTPUT_FLAG) && t.out[i] >= n_out);
+      const int fn = nd.code();
+      b = fn < 0 || fn >= NUM_FUNCTIONS || ((nd.kind() & OUTPUT_FLAG) && nd.out() >= n_out);
       int c = i + 1;
       for (int a = 0; !b && a < arity(fn); ++a) {
         b = c >= end || s_size[c] < 1;
@@ -568,7 +592,7 @@ __device__ bool eval_levels(const uint8_t* kind, const int16_t* code, const uint
       }
       b = b || c != end;
     } else if (!b) {
-      b = sz != 1 || (k == VAR && (t.code[i] < 0 || t.code[i] >= n_in));
+      b = sz != 1 || (k == VAR && (nd.code() < 0 || nd.code() >= n_in));
     }
     if (b) bad = true;
     else atomicAdd(&cnt[end], 1);
@@ -578,20 +602,20 @@ __device__ bool eval_levels(const uint8_t* kind, const int16_t* code, const uint
   for (int i = threadIdx.x; i < len; i += blockDim.x) {
     const int d = i - cnt[i];
     cnt[i] = d;  // from here on the node's depth (read by this thread only until the next barrier)
-    if ((t.kind[i] & KIND_MASK) == FUNC) atomicAdd(&lvl[d + 1], 1);
-    if (is_modi(t.kind[i])) atomicAdd(&n_modi, 1);
+    if ((t.at(i).kind() & KIND_MASK) == FUNC) atomicAdd(&lvl[d + 1], 1);
+    if (is_modi(t.at(i).kind())) atomicAdd(&n_modi, 1);
     atomicMax(&max_depth, d);
   }
   __syncthreads();
   const int depth = max_depth;  // function nodes lie above the deepest node, a leaf
   block_scan(lvl, depth);       // lvl[d] = function nodes above depth d: where depth d's group starts
   for (int i = threadIdx.x; i < len; i += blockDim.x) {
-    if ((t.kind[i] & KIND_MASK) != FUNC) continue;
+    if ((t.at(i).kind() & KIND_MASK) != FUNC) continue;
     order[atomicAdd(&lvl[cnt[i]], 1)] = int16_t(i);  // afterwards lvl[d] is where group d ends
-    const int ar = arity(t.code[i]);
+    const int ar = arity(t.at(i).code());
     int c = i + 1;
     for (int a = 0; a < 3; ++a) {  // operands past the arity repeat the first one, as in eval_tree
-      desc[3 * i + a] = a < ar ? describe(passed_value_node(t.kind, t.code, s_size, c)) : desc[3 * i];
+      desc[3 * i + a] = a < ar ? describe(passed_value_node(t, s_size, c)) : desc[3 * i];
       if (a < ar) c += s_size[c];
     }
   }
@@ -603,7 +627,7 @@ __device__ bool eval_levels(const uint8_t* kind, const int16_t* code, const uint
       const int j = order[first + it / rows], r = it % rows;
       if (row0 + r >= D) continue;
       const int* op = desc + 3 * j;
-      const float v = apply(t.code[j], lt.load(op[0], r), lt.load(op[1], r), lt.load(op[2], r));
+      const float v = apply(t.at(j).code(), lt.load(op[0], r), lt.load(op[1], r), lt.load(op[2], r));
       reinterpret_cast<float*>(smem)[vals + j * rows + r] = v;
     }
     __syncthreads();
