@@ -5,9 +5,10 @@
 // Evaluation over a shared dataset (forward, fitness): one block per (tree, segment of rows); the tree is
 // staged once in shared memory and every thread evaluates R rows of the segment at once, so the per-node
 // dispatch is amortised over R rows and uniform across the warp; the level strategy instead evaluates a
-// tree one depth level at a time (eval_levels). Batched evaluation (policy case): one
-// thread per (tree, row). Fitness reduces per block, writes one partial per (tree, segment, output) and a
-// second kernel sums them in a fixed order: deterministic, no float atomics.
+// tree one depth level at a time (eval_levels). Where a block takes a whole tree, blocks take the trees
+// longest first (longest_first_kernel). Batched evaluation (policy case): one thread per (tree, row).
+// Fitness reduces per block, writes one partial per (tree, segment, output) and a second kernel sums them in
+// a fixed order: deterministic, no float atomics.
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -224,6 +225,12 @@ __device__ __forceinline__ int checked_len(const int16_t* size, int64_t p, int L
   return len >= 0 && len <= L ? len : -1;
 }
 
+// The tree the i-th block evaluates: the i-th of `order` (longest_first) when ORDERED, else tree i. A template
+// parameter: a tree index loaded from memory instead of computed from blockIdx takes the kernels 2-8 more
+// registers, which cost up to 6% in large calls.
+template <bool ORDERED>
+__device__ __forceinline__ int64_t tree_at(const int* order, int64_t i) { return ORDERED ? order[i] : i; }
+
 // Input v of a thread's rows first + r * step (r < R) of X [n_in, D] (column-major). Rows past D read row
 // D - 1, whose values the callers never use: the loads need no branch. Offsets are 32-bit (check_input_size):
 // 64-bit compares and address sums per row and input node cost more than the node's arithmetic.
@@ -262,12 +269,12 @@ __device__ Tree stage_tree(const uint8_t* kind, const int16_t* code, const uint8
 __host__ __device__ size_t tree_smem_bytes(int64_t L) { return size_t((8 * L + 15) / 16 * 16); }
 
 // Shared inputs: X column-major [n_in, D]; Y [P, D, n_out] zero-initialised.
-template <int R, int STACK>
+template <int R, int STACK, bool ORDERED>
 __global__ void forward_kernel(const uint8_t* kind, const int16_t* code, const uint8_t* out, const float* value,
-                               const int16_t* size, int L, const float* X, int64_t D, int n_in, int n_out,
-                               int64_t nseg, float* Y) {
+                               const int16_t* size, int L, const int* order, const float* X, int64_t D, int n_in,
+                               int n_out, int64_t nseg, float* Y) {
   extern __shared__ __align__(16) char smem[];
-  const int64_t p = blockIdx.x / nseg, seg = blockIdx.x % nseg;
+  const int64_t p = tree_at<ORDERED>(order, blockIdx.x / nseg), seg = blockIdx.x % nseg;
   const Tree t = stage_tree(kind, code, out, value, size, p, L, smem);
   const int64_t base = seg * int64_t(blockDim.x) * R + threadIdx.x;
   float* y = Y + p * D * n_out;
@@ -328,13 +335,13 @@ __device__ __forceinline__ double finish_metric(double s, int64_t D, const doubl
 // Partial loss sums per (tree, segment, output): partial[(p * nseg + seg) * n_out + k], or with one segment
 // per tree (partial == nullptr) the finished loss in result[p] (no second kernel).
 // MULTI keeps the outputs of every row in shared memory; otherwise output 0 lives in registers.
-template <int R, int STACK, bool MULTI>
+template <int R, int STACK, bool MULTI, bool ORDERED>
 __global__ void fitness_kernel(const uint8_t* kind, const int16_t* code, const uint8_t* out, const float* value,
-                               const int16_t* size, int L, const float* X, const float* Yt, const float* W,
-                               int64_t D, int n_in, int n_out, int metric, int64_t nseg, const double* wsum,
-                               double* partial, float* result) {
+                               const int16_t* size, int L, const int* order, const float* X, const float* Yt,
+                               const float* W, int64_t D, int n_in, int n_out, int metric, int64_t nseg,
+                               const double* wsum, double* partial, float* result) {
   extern __shared__ __align__(16) char smem[];
-  const int64_t p = blockIdx.x / nseg, seg = blockIdx.x % nseg;
+  const int64_t p = tree_at<ORDERED>(order, blockIdx.x / nseg), seg = blockIdx.x % nseg;
   float* acc_smem = reinterpret_cast<float*>(smem + tree_smem_bytes(L));
   double* scratch = reinterpret_cast<double*>(acc_smem + (MULTI ? size_t(blockDim.x) * R * n_out : 0));
   if (MULTI)
@@ -500,6 +507,36 @@ __device__ void block_scan(int* a, int n) {
   __syncthreads();
 }
 
+// Tree indices by decreasing length (a counting sort by one block; lengths of 1023 nodes or more share a
+// bucket), for the evaluation kernels to take trees in that order. Blocks start in index order, and a call
+// over a few waves of blocks lasts until its last tree is done: a long tree started last (its chain of nodes
+// or levels is the longest) left the GPU mostly idle while it ran. Within a length the order is arbitrary,
+// which changes no result (every tree's value is its own).
+constexpr int ORDER_THREADS = 1024, ORDER_CHUNK = 4, ORDER_BUCKETS = 1024, ORDER_MAX_TREES = 65536;
+
+__global__ void longest_first_kernel(const int16_t* size, int P, int L, int* order) {
+  __shared__ int end[ORDER_BUCKETS];
+  for (int b = threadIdx.x; b < ORDER_BUCKETS; b += blockDim.x) end[b] = 0;
+  __syncthreads();
+  auto for_each_tree = [&](auto&& f) {  // f(tree, bucket); a chunk's loads are in flight together
+    for (int base = threadIdx.x; base < P; base += ORDER_THREADS * ORDER_CHUNK) {
+      int bucket[ORDER_CHUNK];
+#pragma unroll
+      for (int j = 0; j < ORDER_CHUNK; ++j) {
+        const int p = base + j * ORDER_THREADS;
+        bucket[j] = p < P ? ORDER_BUCKETS - 1 - min(max(int(size[int64_t(p) * L]), 0), ORDER_BUCKETS - 1) : -1;
+      }
+#pragma unroll
+      for (int j = 0; j < ORDER_CHUNK; ++j)
+        if (bucket[j] >= 0) f(base + j * ORDER_THREADS, bucket[j]);
+    }
+  };
+  for_each_tree([&](int, int b) { atomicAdd(&end[b], 1); });
+  __syncthreads();
+  block_scan(end, ORDER_BUCKETS);  // end[b]: where bucket b ends
+  for_each_tree([&](int p, int b) { order[atomicSub(&end[b], 1) - 1] = p; });
+}
+
 // A tree evaluated level by level for the rows row0 .. row0 + rows - 1 (< D) of X [n_in, D]. A value is
 // named by a descriptor d, resolved once per operand at setup: d >= 0 is row r's value at S[d + r] (a
 // function node's results or a staged input column); -L <= d < 0 the constant S[-1 - d] (the staged tree's
@@ -636,11 +673,13 @@ __device__ bool eval_levels(const uint8_t* kind, const int16_t* code, const uint
 }
 
 // Level-evaluated predictions: Y [P, D, n_out] (zero-initialised), one block per (tree, segment of rows).
+template <bool ORDERED>
 __global__ void forward_level_kernel(const uint8_t* kind, const int16_t* code, const uint8_t* out,
-                                     const float* value, const int16_t* size, int L, const float* X, int64_t D,
-                                     int n_in, int n_out, int rows, bool stage_x, int64_t nseg, float* Y) {
+                                     const float* value, const int16_t* size, int L, const int* order,
+                                     const float* X, int64_t D, int n_in, int n_out, int rows, bool stage_x,
+                                     int64_t nseg, float* Y) {
   extern __shared__ __align__(16) char smem[];
-  const int64_t p = blockIdx.x / nseg, row0 = blockIdx.x % nseg * rows;
+  const int64_t p = tree_at<ORDERED>(order, blockIdx.x / nseg), row0 = blockIdx.x % nseg * rows;
   LevelTree lt;
   const bool ok = eval_levels(kind, code, out, value, size, p, L, n_in, n_out, X, D, row0, rows, stage_x, smem, lt);
   float* y = Y + p * D * n_out;
@@ -650,14 +689,15 @@ __global__ void forward_level_kernel(const uint8_t* kind, const int16_t* code, c
 
 // Level-evaluated loss: per (tree, segment, output) partial sums as fitness_kernel writes them, or with one
 // segment per tree the finished loss itself (no second kernel).
+template <bool ORDERED>
 __global__ void fitness_level_kernel(const uint8_t* kind, const int16_t* code, const uint8_t* out,
-                                     const float* value, const int16_t* size, int L, const float* X,
-                                     const float* Yt, const float* W, int64_t D, int n_in, int n_out, int metric,
-                                     int rows, bool stage_x, int64_t nseg, const double* wsum, double* partial,
-                                     float* result) {
+                                     const float* value, const int16_t* size, int L, const int* order,
+                                     const float* X, const float* Yt, const float* W, int64_t D, int n_in,
+                                     int n_out, int metric, int rows, bool stage_x, int64_t nseg,
+                                     const double* wsum, double* partial, float* result) {
   extern __shared__ __align__(16) char smem[];
   __shared__ double scratch[WARP];
-  const int64_t p = blockIdx.x / nseg, seg = blockIdx.x % nseg, row0 = seg * rows;
+  const int64_t p = tree_at<ORDERED>(order, blockIdx.x / nseg), seg = blockIdx.x % nseg, row0 = seg * rows;
   LevelTree lt;
   const bool ok = eval_levels(kind, code, out, value, size, p, L, n_in, n_out, X, D, row0, rows, stage_x, smem, lt);
   double total = 0.0;
@@ -677,6 +717,24 @@ __global__ void fitness_level_kernel(const uint8_t* kind, const int16_t* code, c
 
 template <int V>
 using Int = std::integral_constant<int, V>;
+
+// The order in which blocks of `threads` threads, `nseg` per tree, take trees (longest_first_kernel), or an
+// undefined tensor (index order) where it does not pay. Measured on an H100 (results/h100_long_trees/): up to
+// a few hundred trees run at once anyway; trees split over several segments, and blocks of under 128 threads
+// (warp per tree, hybrid blocks at D = 60), finish too soon for the sort and each block's dependent load of
+// its tree index to pay. Past ORDER_MAX_TREES the one-block sort grows with P while the tail it saves does
+// not (not measured there).
+at::Tensor longest_first(const at::Tensor& size, int64_t nseg, int threads) {
+  const int64_t P = size.size(0);
+  if (nseg != 1 || threads < 128 || P < 256 || P > ORDER_MAX_TREES) return {};
+  at::Tensor order = at::empty({P}, size.options().dtype(at::kInt));
+  longest_first_kernel<<<1, ORDER_THREADS, 0, stream()>>>(size.data_ptr<int16_t>(), int(P), int(size.size(1)),
+                                                          order.data_ptr<int>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return order;
+}
+
+const int* data_or_null(const at::Tensor& order) { return order.defined() ? order.data_ptr<int>() : nullptr; }
 
 // Calls f(Int<R>, Int<STACK>) with the smallest stack bucket that holds `need`; deep trees use one row
 // per thread to keep the local-memory stack small.
@@ -767,12 +825,17 @@ at::Tensor forward_cuda(const at::Tensor& kind, const at::Tensor& code, const at
   at::Tensor xc = Xt.contiguous();
   if (strategy == STRATEGY_LEVEL) {
     const LevelShape sh = level_shape(L, D, xc.size(0));
-    set_smem(reinterpret_cast<const void*>(forward_level_kernel), sh.smem);
-    forward_level_kernel<<<P * sh.nseg, LEVEL_THREADS, sh.smem, stream()>>>(
-        kind.data_ptr<uint8_t>(), code.data_ptr<int16_t>(), out.data_ptr<uint8_t>(), value.data_ptr<float>(),
-        size.data_ptr<int16_t>(), int(L), xc.data_ptr<float>(), D, int(xc.size(0)), int(n_out), sh.rows,
-        sh.stage_x, sh.nseg, Y.data_ptr<float>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    const at::Tensor order = longest_first(size, sh.nseg, LEVEL_THREADS);
+    auto launch = [&](auto kernel) {
+      set_smem(reinterpret_cast<const void*>(kernel), sh.smem);
+      kernel<<<P * sh.nseg, LEVEL_THREADS, sh.smem, stream()>>>(
+          kind.data_ptr<uint8_t>(), code.data_ptr<int16_t>(), out.data_ptr<uint8_t>(), value.data_ptr<float>(),
+          size.data_ptr<int16_t>(), int(L), data_or_null(order), xc.data_ptr<float>(), D, int(xc.size(0)),
+          int(n_out), sh.rows, sh.stage_x, sh.nseg, Y.data_ptr<float>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    };
+    if (order.defined()) launch(forward_level_kernel<true>);
+    else launch(forward_level_kernel<false>);
     return Y;
   }
   int rows, threads;
@@ -780,14 +843,18 @@ at::Tensor forward_cuda(const at::Tensor& kind, const at::Tensor& code, const at
   with_stack(max_stack, rows, [&](auto r_, auto s_) {
     constexpr int R = decltype(r_)::value, S = decltype(s_)::value;
     const int64_t nseg = (D + int64_t(threads) * R - 1) / (int64_t(threads) * R);
+    const at::Tensor order = longest_first(size, nseg, threads);
     const size_t smem = tree_smem_bytes(L);
-    auto kernel = forward_kernel<R, S>;
-    set_smem(reinterpret_cast<const void*>(kernel), smem);
-    kernel<<<P * nseg, threads, smem, stream()>>>(
-        kind.data_ptr<uint8_t>(), code.data_ptr<int16_t>(), out.data_ptr<uint8_t>(), value.data_ptr<float>(),
-        size.data_ptr<int16_t>(), int(L), xc.data_ptr<float>(), D, int(xc.size(0)), int(n_out), nseg,
-        Y.data_ptr<float>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    auto launch = [&](auto kernel) {
+      set_smem(reinterpret_cast<const void*>(kernel), smem);
+      kernel<<<P * nseg, threads, smem, stream()>>>(
+          kind.data_ptr<uint8_t>(), code.data_ptr<int16_t>(), out.data_ptr<uint8_t>(), value.data_ptr<float>(),
+          size.data_ptr<int16_t>(), int(L), data_or_null(order), xc.data_ptr<float>(), D, int(xc.size(0)),
+          int(n_out), nseg, Y.data_ptr<float>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    };
+    if (order.defined()) launch(forward_kernel<R, S, true>);
+    else launch(forward_kernel<R, S, false>);
   });
   return Y;
 }
@@ -845,15 +912,21 @@ at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at
 
   if (strategy == STRATEGY_LEVEL) {
     const LevelShape sh = level_shape(L, D, n_in);
+    const at::Tensor order = longest_first(size, sh.nseg, LEVEL_THREADS);
     at::Tensor partial;  // one segment per tree: the kernel finishes the loss itself
     if (sh.nseg > 1) partial = at::empty({P * sh.nseg * n_out}, Xt.options().dtype(at::kDouble));
     double* partial_p = partial.defined() ? partial.data_ptr<double>() : nullptr;
-    set_smem(reinterpret_cast<const void*>(fitness_level_kernel), sh.smem);
-    fitness_level_kernel<<<P * sh.nseg, LEVEL_THREADS, sh.smem, stream()>>>(
-        kind.data_ptr<uint8_t>(), code.data_ptr<int16_t>(), out.data_ptr<uint8_t>(), value.data_ptr<float>(),
-        size.data_ptr<int16_t>(), int(L), xc.data_ptr<float>(), yc.data_ptr<float>(), wp, D, n_in, int(n_out),
-        int(metric), sh.rows, sh.stage_x, sh.nseg, wsum_p, partial_p, result.data_ptr<float>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    auto launch = [&](auto kernel) {
+      set_smem(reinterpret_cast<const void*>(kernel), sh.smem);
+      kernel<<<P * sh.nseg, LEVEL_THREADS, sh.smem, stream()>>>(
+          kind.data_ptr<uint8_t>(), code.data_ptr<int16_t>(), out.data_ptr<uint8_t>(), value.data_ptr<float>(),
+          size.data_ptr<int16_t>(), int(L), data_or_null(order), xc.data_ptr<float>(), yc.data_ptr<float>(), wp,
+          D, n_in, int(n_out), int(metric), sh.rows, sh.stage_x, sh.nseg, wsum_p, partial_p,
+          result.data_ptr<float>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    };
+    if (order.defined()) launch(fitness_level_kernel<true>);
+    else launch(fitness_level_kernel<false>);
     if (partial_p) finish_losses(partial_p, P, sh.nseg, n_out, metric, D, wsum_p, result);
     return result;
   }
@@ -903,6 +976,7 @@ at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at
   with_stack(max_stack, rows, [&](auto r_, auto s_) {
     constexpr int R = decltype(r_)::value, S = decltype(s_)::value;
     const int64_t nseg = (D + int64_t(threads) * R - 1) / (int64_t(threads) * R);
+    const at::Tensor order = longest_first(size, nseg, threads);
     at::Tensor partial;  // one segment per tree: the kernel finishes the loss itself
     if (nseg > 1) partial = at::empty({P * nseg * n_out}, Xt.options().dtype(at::kDouble));
     double* partial_p = partial.defined() ? partial.data_ptr<double>() : nullptr;
@@ -911,12 +985,17 @@ at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at
       set_smem(reinterpret_cast<const void*>(kernel), smem);
       kernel<<<P * nseg, threads, smem, stream()>>>(
           kind.data_ptr<uint8_t>(), code.data_ptr<int16_t>(), out.data_ptr<uint8_t>(), value.data_ptr<float>(),
-          size.data_ptr<int16_t>(), int(L), xc.data_ptr<float>(), yc.data_ptr<float>(), wp, D, n_in, int(n_out),
-          int(metric), nseg, wsum_p, partial_p, result.data_ptr<float>());
+          size.data_ptr<int16_t>(), int(L), data_or_null(order), xc.data_ptr<float>(), yc.data_ptr<float>(), wp, D,
+          n_in, int(n_out), int(metric), nseg, wsum_p, partial_p, result.data_ptr<float>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
-    if (multi) launch(fitness_kernel<R, S, true>);
-    else launch(fitness_kernel<R, S, false>);
+    if (multi) {
+      if (order.defined()) launch(fitness_kernel<R, S, true, true>);
+      else launch(fitness_kernel<R, S, true, false>);
+    } else {
+      if (order.defined()) launch(fitness_kernel<R, S, false, true>);
+      else launch(fitness_kernel<R, S, false, false>);
+    }
     if (partial_p) finish_losses(partial_p, P, nseg, n_out, metric, D, wsum_p, result);
   });
   return result;

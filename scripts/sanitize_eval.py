@@ -37,10 +37,12 @@ def main() -> None:
         pop.forward(torch.rand(300, 5, 4, device=dev))
         pop.validate()
         pop.depths()
-    big = gprl.Population.random(3000, 4, max_len=64, functions=ALL, seed=0, device=dev)  # warp path, many trees
+    big = gprl.Population.random(5000, 4, max_len=64, functions=ALL, seed=0, device=dev)  # warp path, many trees
     big.fitness(torch.rand(200, 4, device=dev), torch.rand(200, device=dev), strategy="auto")
     big.fitness(torch.rand(200, 4, device=dev), torch.rand(200, device=dev), strategy="warp")
     big.fitness(torch.rand(5000, 4, device=dev), torch.rand(5000, device=dev), strategy="warp")  # data not staged
+    if "hybrid_r4" in fit:  # trees taken longest first, the sort over two chunks of its threads
+        big.fitness(torch.rand(392, 4, device=dev), torch.rand(392, device=dev), strategy="hybrid_r4")
     for n_out in (100, 200):  # per-thread output buffers in shared memory near their 96 KiB bound
         wide = gprl.Population.random(64, 4, n_out, max_len=64, functions=ALL, seed=0, output_prob=0.5, device=dev)
         X, y = torch.rand(300, 4, device=dev), torch.rand(300, n_out, device=dev)

@@ -151,9 +151,10 @@ def with_edges(P, n_out, max_len, depth, seed):
     return Population.cat([pop, edge_trees(max_len, n_out)])
 
 
-# (P, D, max_len, max_depth): D from 1 to 100_000, trees up to max_len 1024 (stacks past 256: 1 row per thread)
+# (P, D, max_len, max_depth): D from 1 to 100_000, trees up to max_len 1024 (stacks past 256: 1 row per thread);
+# from 256 trees, whole-tree blocks take the trees longest first (5,000: the sort's threads hold two chunks)
 STRATEGY_CASES = [(300, 1, 64, 5), (300, 37, 1024, 9), (257, 1000, 256, 8), (100, 5000, 1024, 9),
-                  (2100, 1000, 64, 6), (40, 100_000, 1024, 9)]
+                  (2100, 1000, 64, 6), (5000, 392, 64, 6), (40, 100_000, 1024, 9)]
 
 
 @pytest.mark.parametrize("P,D,max_len,depth", STRATEGY_CASES)
@@ -234,22 +235,25 @@ def test_invalid_strategy_ids_raise_on_cuda():
     assert torch.isfinite(ops.fitness(*pop.tensors(), Xt, yt, None, 0, pop.max_stack(), 1)).all()
 
 
-def test_malformed_trees_give_nan_for_every_strategy():
+@pytest.mark.parametrize("copies", [1, 75])  # 300 trees: the kernels take them longest first (longest_first)
+def test_malformed_trees_give_nan_for_every_strategy(copies):
     pop = Population.from_expressions(["x0 + x1", "x0 * x1", "x1", "x0"], n_in=2, max_len=3).to("cuda")
     pop.size[0, 0] = 2  # the add lacks a child
     pop.size[3, 0] = 3000  # past max_len: staged or read, its nodes would run past the population
+    pop = Population.cat([pop] * copies)
     ops = torch.ops.gprl
     Xt, yt = torch.ones(2, 70, device="cuda"), torch.zeros(1, 70, device="cuda")
     for s in FIT:
         sid = strategy.IDS[s]
-        f = ops.fitness(*pop.tensors(), Xt, yt, None, 0, 4, sid)
-        assert torch.isnan(f[0]) and f[1].item() == 1.0 and f[2].item() == 1.0 and torch.isnan(f[3]), s
+        f = ops.fitness(*pop.tensors(), Xt, yt, None, 0, 4, sid).view(copies, 4)
+        assert torch.isnan(f[:, 0]).all() and torch.isnan(f[:, 3]).all(), s
+        assert (f[:, 1] == 1.0).all() and (f[:, 2] == 1.0).all(), s
         if s in FWD:
-            Y = ops.forward(*pop.tensors(), Xt, 1, 4, sid)
-            assert torch.isnan(Y[0]).all() and torch.equal(Y[2], torch.ones(70, 1, device="cuda")), s
-            assert torch.isnan(Y[3]).all(), s
-    Yb = ops.forward_batched(*pop.tensors(), torch.ones(4, 5, 2, device="cuda"), 1, 4)
-    assert torch.isnan(Yb[0]).all() and torch.isnan(Yb[3]).all() and torch.equal(Yb[1], torch.ones(5, 1, device="cuda"))
+            Y = ops.forward(*pop.tensors(), Xt, 1, 4, sid).view(copies, 4, 70)
+            assert torch.isnan(Y[:, 0]).all() and torch.isnan(Y[:, 3]).all(), s
+            assert (Y[:, 1] == 1.0).all() and (Y[:, 2] == 1.0).all(), s
+    Yb = ops.forward_batched(*pop.tensors(), torch.ones(4 * copies, 5, 2, device="cuda"), 1, 4).view(copies, 4, 5)
+    assert torch.isnan(Yb[:, 0]).all() and torch.isnan(Yb[:, 3]).all() and (Yb[:, 1] == 1.0).all()
     torch.cuda.synchronize()
 
 
