@@ -15,6 +15,8 @@ that do not import):
   Python (private JAX API: a diagnostic only)
 * ``sync_import`` / ``sync_export`` / ``sync_both``: ``ours`` with the exchange ordered by the host instead of
   by stream events (torch's stream synchronised before the import; the export waits on the host)
+* ``ours_keep`` / ``raw_import_keep``: ``ours`` / ``raw_import`` with each step's imported arrays and exported
+  views kept alive for KEEP more steps (does releasing them right away make either side wait?)
 
 Also the host cost of each piece per call, and whether a raw step's dispatch returns before the GPU is done.
 Prints one JSON line (``BRAX {...}``).
@@ -25,6 +27,7 @@ Prints one JSON line (``BRAX {...}``).
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -39,6 +42,7 @@ import torch.utils.dlpack
 from gprl.envs.base import VecEnv
 
 BANK = 16
+KEEP = 8
 
 
 def main() -> None:
@@ -81,6 +85,15 @@ def main() -> None:
         jax.block_until_ready(env._state)
         torch.cuda.synchronize()
 
+    kept: collections.deque = collections.deque(maxlen=2 * KEEP)
+
+    def keeping(fn):
+        def call(*a):
+            out = fn(*a)
+            kept.append(out)
+            return out
+        return call
+
     def ours(steps, imp=None, exp=None):
         if imp:
             env.to_jax = imp
@@ -92,10 +105,10 @@ def main() -> None:
         finally:
             env.__dict__.pop("to_jax", None), env.__dict__.pop("to_torch", None)
 
-    def raw(steps, imported=False, exported=False):
-        s = env._state
+    def raw(steps, imported=False, exported=False, imp=None):
+        s, imp = env._state, imp or env.to_jax
         for i in range(steps):
-            s = env._step_fn(s, env.to_jax(bank[i % BANK]) if imported else jbank[i % BANK])
+            s = env._step_fn(s, imp(bank[i % BANK]) if imported else jbank[i % BANK])
             if exported:
                 stream = env._torch_stream()
                 env.to_torch(s.obs, stream), env.to_torch(s.reward, stream)
@@ -123,6 +136,8 @@ def main() -> None:
         "lean": lambda T: ours(T, imp=lean_import), "sync_import": lambda T: ours(T, imp=sync_import),
         "sync_export": lambda T: ours(T, exp=sync_export),
         "sync_both": lambda T: ours(T, imp=sync_import, exp=sync_export),
+        "ours_keep": lambda T: ours(T, imp=keeping(env.to_jax), exp=keeping(env.to_torch)),
+        "raw_import_keep": lambda T: raw(T, imported=True, imp=keeping(env.to_jax)),
     }  # fmt: skip
     names = ["raw"] + [k for k in (args.loops or loops) if k != "raw"]
     for name in names:  # compilation and warm-up

@@ -25,7 +25,15 @@ def run_train(tmp_path: Path, run: str, *overrides: str, check: bool = True, wai
            "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0"}
     cmd = [sys.executable, "train.py", f"hydra.run.dir={tmp_path / run}", *overrides]
     if not wait:
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # The child must get SIGINT as from a terminal. Under a background job the shell sets SIGINT to ignored,
+        # children inherit that and Python then installs no Ctrl-C handler: a handled signal (here, for the
+        # spawn only) is reset to the default in the child instead.
+        before = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True)
+        finally:
+            signal.signal(signal.SIGINT, before)
     res = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     if check and res.returncode != 0:
         raise AssertionError(f"train.py failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
@@ -212,7 +220,10 @@ def test_ctrl_c_writes_a_checkpoint_and_resumes(tmp_path):
             metrics_file.exists() and len(metrics_file.read_text().splitlines()) >= 2):
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=120)
+    try:
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()  # if Ctrl-C did not end it (the run asks for 100,000 generations)
     assert proc.returncode == 130, out[-2000:]
     assert "interrupted: checkpoint written" in out
     (ckpt,) = (tmp_path / "run" / "checkpoints").iterdir()  # no periodic checkpoint was due: Ctrl-C wrote it
