@@ -26,7 +26,9 @@ Loops of a record (``loops`` in the JSON):
   action checks or bookkeeping: MuJoCo: ``mujoco.batch.Batch.step`` of the same live simulations with the
   same controls; Brax: ``jit(vmap(env.step))`` on all environments; Genesis: the PD targets and
   ``scene.step()``; Gymnasium backend: Gymnasium's own ``SyncVectorEnv`` (its own live count). The
-  overhead compares the times of ``ours`` and ``raw``.
+  overhead compares the times of ``ours`` and ``raw``. Brax's ``raw`` is compiled with the adapter's
+  options (CUDA graphs of any length on a GPU); on a GPU ``raw_default_xla`` is the same loop compiled
+  with JAX's defaults, and ``vs_raw_default_xla`` our throughput over it.
 * MuJoCo records also time Gymnasium's own vector envs on the same task, ``gym_sync`` (``SyncVectorEnv``) and
   ``gym_async`` (``AsyncVectorEnv``, one process per environment, at most ``--async-max-concurrency``
   stepping at once; only up to ``--async-max-envs`` environments); ``vs_gymnasium`` gives our throughput over
@@ -176,9 +178,20 @@ class RawMujoco(Loop):
 
 
 class RawBrax(Loop):
-    def __init__(self, env: Any, bank: list[torch.Tensor], seed: int) -> None:
-        super().__init__("raw", "jit(vmap(env.step))(state, action) on all environments")
+    def __init__(self, env: Any, bank: list[torch.Tensor], seed: int, default_xla: bool = False) -> None:
+        if default_xla:
+            super().__init__("raw_default_xla", "raw, compiled with JAX's default options")
+        else:
+            super().__init__("raw", f"jit(vmap(env.step))(state, action) on all environments, "
+                                    f"compiler_options={env.compiler_options}")
         self.env, self.seed = env, seed
+        self.step = env._step_fn
+        if default_xla:
+            from gprl.envs.brax_env import _strongly_typed
+
+            jax, vstep = env._jax, env._jax.vmap(env.env.step)
+            with jax.default_device(env.jax_device):
+                self.step = jax.jit(lambda state, action: _strongly_typed(jax, vstep(state, action)))
         self.jbank = [env.to_jax(env.prepare_action(b)) for b in bank]
         self._sync = _device_sync(env.device)
         self.state: Any = None
@@ -189,7 +202,7 @@ class RawBrax(Loop):
         self.sync()
 
     def run(self, steps: int) -> None:
-        step, state, bank = self.env._step_fn, self.state, self.jbank
+        step, state, bank = self.step, self.state, self.jbank
         for i in range(steps):
             state = step(state, bank[i % BANK])
         self.state = state
@@ -320,6 +333,8 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
         loops.append(RawMujoco(env, bank, ids, args.seed))
     elif backend == "brax":
         loops.append(RawBrax(env, bank, args.seed))
+        if env.compiler_options is not None:
+            loops.append(RawBrax(env, bank, args.seed, default_xla=True))
     elif backend == "genesis":
         loops.append(RawGenesis(env, bank, args.seed))
     gym_id = None
@@ -385,6 +400,9 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
         for name, ts in times.items():
             rec[f"{name}_host_us_per_step"] = float(np.median(enq[name])) / (rollouts * steps) * 1e6
             rec[f"{name}_synced_us_per_step"] = float(np.median(ts)) / (rollouts * steps) * 1e6
+    if "raw_default_xla" in times:
+        rec["raw_default_xla_steps_per_s"] = rate("raw_default_xla")
+        rec["vs_raw_default_xla"] = paired("ours", "raw_default_xla")
     gyms = [name for name in ("gym_sync", "gym_async") if name in times]
     if gyms:
         vs = {name: paired("ours", name) for name in gyms}

@@ -69,6 +69,7 @@ def replay_brax(policy, meta: dict, episodes: int, seed: int, episode_length: in
 
     kwargs = dict(meta.get("env_kwargs") or {})
     pipeline = kwargs.pop("pipeline", "generalized")
+    kwargs.pop("cuda_graphs", None)  # gprl's compile option, not Brax's
     env = envs.get_environment(meta["env"], backend=pipeline or "generalized", **kwargs)
     reset, step = jax.jit(jax.vmap(env.reset)), jax.jit(jax.vmap(env.step))
     state = reset(jax.random.split(jax.random.PRNGKey(seed), episodes))
