@@ -169,17 +169,16 @@ class Go2Walk(GenesisTask):
         s = c["obs_scales"]
         self.commands_scale = torch.tensor([s["lin_vel"], s["lin_vel"], s["ang_vel"]], device=dev, dtype=f)
         self.reward_scales = {k: v * c["dt"] for k, v in c["reward_scales"].items()}
+        ranges = torch.tensor([c["lin_vel_x_range"], c["lin_vel_y_range"], c["ang_vel_range"]], device=dev, dtype=f)
+        self.command_low, self.command_span = ranges[:, 0], ranges[:, 1] - ranges[:, 0]
+        self.command_gen = torch.Generator(device=dev)
         self._bind_dof_views(gs)
         return scene
 
-    def _sample_commands(self, envs: torch.Tensor | None, gen: torch.Generator) -> None:
-        c, n = self.cfg, self.n
-        ranges = torch.tensor(
-            [c["lin_vel_x_range"], c["lin_vel_y_range"], c["ang_vel_range"]], dtype=torch.float32
-        )
-        u = torch.rand((n, 3), generator=gen)
-        cmd = (ranges[:, 0] + u * (ranges[:, 1] - ranges[:, 0])).to(self.gs.device, self.gs.tc_float)
-        self.commands = cmd if envs is None else torch.where(envs[:, None], cmd, self.commands)
+    def _sample_commands(self) -> None:
+        # drawn on the simulator's device: no host transfer inside the step loop
+        u = torch.rand((self.n, 3), generator=self.command_gen, device=self.gs.device, dtype=self.gs.tc_float)
+        self.commands = self.command_low + u * self.command_span
 
     def reset(self, gen: torch.Generator) -> torch.Tensor:
         n, dev = self.n, self.gs.device
@@ -190,8 +189,8 @@ class Go2Walk(GenesisTask):
         self.actions = torch.zeros((n, self.act_dim), device=dev, dtype=self.gs.tc_float)
         self.last_actions = torch.zeros_like(self.actions)
         self.t = 0
-        self.gen = gen
-        self._sample_commands(None, gen)
+        self.command_gen.manual_seed(int(torch.randint(2**62, (1,), generator=gen)))
+        self._sample_commands()
         self._read_state()
         return self._obs()
 
@@ -232,7 +231,7 @@ class Go2Walk(GenesisTask):
         self.t += 1
         self._read_state()
         if self.t % round(c["resampling_time_s"] / c["dt"]) == 0:
-            self._sample_commands(None, self.gen)
+            self._sample_commands()
         terminated = (self.base_euler[:, 1].abs() > c["termination_if_pitch_greater_than"]) | (
             self.base_euler[:, 0].abs() > c["termination_if_roll_greater_than"]
         )

@@ -47,6 +47,18 @@ def test_go2_seeding_and_termination(go2: genvs.VecEnv) -> None:
     assert ended.all()
 
 
+def test_go2_commands_follow_the_seed(go2: genvs.VecEnv) -> None:
+    """Velocity commands are drawn on the simulator's device from the episode's seed."""
+    span = go2.task.command_span
+    go2.task.command_span = torch.tensor([1.0, 0.0, 0.0])  # x velocity command uniform in [0.5, 1.5)
+    try:
+        first, again, other = (go2.reset(seed=s)[:, 6].clone() for s in (1, 1, 2))
+    finally:
+        go2.task.command_span = span
+    assert torch.equal(first, again) and not torch.equal(first, other)
+    assert len(set(first.tolist())) == 4 and ((first >= 1.0) & (first < 3.0)).all()  # scaled by 2
+
+
 def test_genesis_own_tensors_no_copy(go2: genvs.VecEnv) -> None:
     """The joint state the observation is made from is a live view of Genesis' buffers, not a copy."""
     import genesis as gs
@@ -82,3 +94,50 @@ def test_bad_action(cartpole: genvs.VecEnv) -> None:
         cartpole.step(torch.zeros(4, 2))
     with pytest.raises(ValueError, match="unknown task 'go3'"):
         genvs.make("go3", backend="genesis")
+
+
+@pytest.mark.gpu
+def test_gpu_own_tensors_and_no_host_transfers() -> None:
+    """On CUDA: the joint state is a view of Genesis' own GPU buffers, and the adapter adds no device<->host
+    copy to Genesis' own step (profiler, 10 steps of each: ours against Genesis' PD targets + scene.step())."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    import genesis as gs
+
+    if gs._initialized and gs.device.type != "cuda":
+        pytest.skip("Genesis is initialised on the CPU in this process (run with -m gpu)")
+    from torch.profiler import ProfilerActivity, profile
+
+    n = 1024
+    env = genvs.make("go2_walk", backend="genesis", num_envs=n, device="cuda")
+    obs = env.reset(seed=0)
+    task = env.task
+    view = task.pos_view
+    assert gs.use_zerocopy and obs.is_cuda and view.is_cuda
+    ptr, before = view.data_ptr(), view.clone()
+    for _ in range(3):  # warm up (kernel compilation)
+        obs, *_ = env.step(torch.tanh(obs[:, 9:21]))
+    assert view.data_ptr() == ptr and not torch.equal(view, before)  # same storage, updated by Genesis
+    torch.testing.assert_close(view, task.robot.get_dofs_position())
+    targets = task.default_dof_pos.expand(n, -1).contiguous()
+
+    def host_copies(loop) -> list[str]:
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            loop()
+            torch.cuda.synchronize()
+        return [e.name for e in prof.events() if "Memcpy HtoD" in e.name or "Memcpy DtoH" in e.name]
+
+    def genesis_own() -> None:
+        for _ in range(10):
+            task.robot.control_dofs_position(targets, task.dofs)
+            task.robot.solver.scene.step()
+
+    def ours() -> None:
+        o = obs
+        for _ in range(10):
+            o, *_ = env.step(torch.tanh(o[:, 9:21]))
+
+    raw, adapter = host_copies(genesis_own), host_copies(ours)
+    print(f"device<->host copies in 10 steps: Genesis' own loop {len(raw)}, ours {len(adapter)}")
+    assert len(adapter) <= len(raw), f"the adapter adds device<->host copies: {adapter} vs Genesis' own {raw}"

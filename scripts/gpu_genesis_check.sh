@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Genesis on the lent (offline) GPU machine. Its Python stack is ~290 MB of wheels, over the 64 MiB a call may
+# carry, so it travels in two calls to one warm machine, as an xz tarball split in two:
+#
+#   bash scripts/gpu_genesis_check.sh pack            # here (registry access): .gsa/ and .gsb/, ~59 + ~47 MB
+#   bash scripts/gpu_genesis_check.sh stash           # device call 1, carry .gsa: keeps part 1 in /tmp
+#   bash scripts/gpu_genesis_check.sh run [sizes...]  # device call 2 within 30 s, carry .gsb: unpacks, runs
+#                                                     # the Genesis GPU test and bench_envs.py (logs in $OUT)
+#
+# `pack` leaves out gs_madrona (Genesis imports it only if present) and the example assets our tasks do not
+# load (meshes, MJCF models, robots other than go2, the ground plane kept).
+set -uo pipefail
+PY=3.12
+WHEELS="genesis-world==1.4.5 quadrants==1.3.3 mujoco==3.17.0 DracoPy OpenEXR PyGEL3D PyOpenGL av coacd
+  dataclasses-json marshmallow fast_simplification freetype-py frozendict glfw libigl orjson pycollada pydantic
+  pydantic_core annotated-types typing-inspection pyglet pygltflib rtree tetgen trimesh xacro z3-solver zstandard
+  dill cffi pycparser"
+case "${1:-}" in
+  pack)
+    work=$(mktemp -d)
+    platforms=""
+    for p in manylinux_2_{17,24,27,28,31,34,35}_x86_64 manylinux2014_x86_64 manylinux1_x86_64; do
+      platforms+=" --platform $p"
+    done
+    # shellcheck disable=SC2086
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version $PY --implementation cp \
+      $platforms -d "$work/whl" $WHEELS || exit 1
+    mkdir "$work/site"
+    for w in "$work"/whl/*.whl; do unzip -q -o "$w" -d "$work/site"; done
+    assets="$work/site/genesis/assets"
+    rm -rf "$assets"/{meshes,xml,textures}
+    find "$assets/urdf" -mindepth 1 -maxdepth 1 ! -name go2 ! -name plane -exec rm -rf {} +
+    rm -rf .gsa .gsb && mkdir .gsa .gsb
+    tar -C "$work/site" -cf - . | xz -9 -T0 | split -b 56M - .gsa/site.tar.xz.part-
+    mv .gsa/site.tar.xz.part-ab .gsb/
+    rm -rf "$work"
+    du -sh .gsa .gsb
+    ;;
+  stash)
+    mkdir -p /tmp/gs_stash && cp .gsa/* /tmp/gs_stash/ && ls -la /tmp/gs_stash
+    ;;
+  run)
+    shift
+    OUT=${OUT:-gpu_out}; mkdir -p "$OUT" /tmp/site
+    export PYTHONUNBUFFERED=1 GPRL_CACHE=${GPRL_CACHE:-$PWD/.gprl_cache}
+    if [ ! -d /tmp/site/genesis ]; then
+      cat /tmp/gs_stash/* .gsb/* | xz -d | tar -C /tmp/site -xf - || { echo "unpack failed"; exit 1; }
+    fi
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$OUT/build.log" 2>&1
+    nvidia-smi -L | tee -a "$OUT/build.log"
+    if [ -z "${SKIP_TESTS:-}" ]; then
+      timeout 400 python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/test_envs_genesis.py 2>&1 \
+        | tee "$OUT/gpu_tests_genesis.log" | tail -n 15
+    fi
+    timeout "${BENCH_TIMEOUT:-400}" python3 scripts/bench_envs.py --backends genesis --device cuda \
+      ${1:+--sizes "$@"} > "$OUT/bench_envs_genesis.json" 2> "$OUT/bench_genesis.err"
+    grep '^{"backend"' "$OUT/bench_envs_genesis.json" | python3 -c '
+import json, sys
+keys = ("num_envs", "steps", "steps_per_s", "raw_steps_per_s", "overhead_pct", "error")
+for line in sys.stdin:
+    rec = json.loads(line)
+    print({k: rec[k] for k in keys if k in rec})'
+    tail -n 5 "$OUT/bench_genesis.err"
+    ;;
+  *)
+    echo "usage: $0 pack | stash | run [sizes...]" >&2; exit 2
+    ;;
+esac
