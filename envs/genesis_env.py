@@ -12,7 +12,13 @@ Tasks:
 Genesis is initialised once per process, on its CPU backend for a CPU device and on CUDA otherwise. With
 Genesis' zero-copy mode (its default when the torch device matches its backend) the joint positions and
 velocities the observation is made from are views of Genesis' own state buffers (:meth:`GenesisEnv.dof_state`),
-read without a copy; actions go to Genesis as torch tensors on its device.
+read without a copy, and so are the Go2's base pose and velocities; actions go to Genesis as torch tensors on
+its device. Nothing crosses between host and device inside a step.
+
+On a GPU, a Genesis step is paced by the host (Python launching Genesis' kernels one by one), so every torch op
+of the task's own adds its launch time to the step. ``go2_walk`` therefore computes its observation, reward and
+termination (some 80 small ops) in one pure function over tensors at fixed addresses, captured once as a CUDA
+graph and replayed each step (``cuda_graphs=True``, the default; ``False`` runs the ops one by one).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -41,13 +48,27 @@ def _genesis(device: torch.device | str | None) -> Any:
     return gs
 
 
-def _dof_view(gs: Any, field: Any) -> torch.Tensor | None:
-    """A zero-copy [n_envs, n_dofs] view of a Genesis state field, or None without zero-copy mode."""
+def _state_view(gs: Any, field: Any) -> torch.Tensor | None:
+    """A zero-copy [n_envs, n, ...] view of a Genesis state field, or None without zero-copy mode."""
     if not gs.use_zerocopy:
         return None
     from genesis.utils.misc import qd_to_torch
 
     return qd_to_torch(field, transpose=True, copy=False)
+
+
+def _capture(fn: Callable[[], tuple[torch.Tensor, ...]]) -> tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...]]:
+    """``fn`` as a CUDA graph and the tensors it writes (rewritten by every replay). ``fn`` must be pure: it runs
+    once more, uncaptured, to warm up."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
 
 
 class GenesisTask:
@@ -56,6 +77,7 @@ class GenesisTask:
     obs_dim: ClassVar[int]
     act_dim: ClassVar[int]
     episode_length: ClassVar[int]
+    use_cuda_graph = False  # set by GenesisEnv; tasks that can replay their own ops as a CUDA graph read it
 
     def __init__(self, **kwargs: Any) -> None:
         unknown = set(kwargs) - set(self.defaults)
@@ -72,12 +94,14 @@ class GenesisTask:
     def _bind_dof_views(self, gs: Any) -> None:
         """After ``scene.build``: views of Genesis' joint position/velocity buffers (None without zero-copy)."""
         state = self.robot.solver.dyn_state.dofs
-        self.pos_view, self.vel_view = _dof_view(gs, state.pos), _dof_view(gs, state.vel)
+        self.pos_view, self.vel_view = _state_view(gs, state.pos), _state_view(gs, state.vel)
+        # indexing with a Python list would copy the list to the device at every read
+        self.dof_index = torch.tensor(self.dofs, device=gs.device)
 
     def dof_state(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Positions and velocities [N, len(self.dofs)] of the task's joints (Genesis' buffers with zero-copy on)."""
         if self.pos_view is not None:
-            return self.pos_view[:, self.dofs], self.vel_view[:, self.dofs]
+            return self.pos_view[:, self.dof_index], self.vel_view[:, self.dof_index]
         return self.robot.get_dofs_position(self.dofs), self.robot.get_dofs_velocity(self.dofs)
 
     def step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
@@ -172,83 +196,111 @@ class Go2Walk(GenesisTask):
         ranges = torch.tensor([c["lin_vel_x_range"], c["lin_vel_y_range"], c["ang_vel_range"]], device=dev, dtype=f)
         self.command_low, self.command_span = ranges[:, 0], ranges[:, 1] - ranges[:, 0]
         self.command_gen = torch.Generator(device=dev)
+        # the task's state, updated in place (a captured CUDA graph reads it at these addresses)
+        self.commands = torch.zeros((n, 3), device=dev, dtype=f)
+        self.actions = torch.zeros((n, self.act_dim), device=dev, dtype=f)
+        self.last_actions = torch.zeros_like(self.actions)
         self._bind_dof_views(gs)
+        self._bind_base_views(gs)
+        self._graph: tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...]] | None = None
         return scene
+
+    def _bind_base_views(self, gs: Any) -> None:
+        """Views of Genesis' link buffers for the base's pose and velocities, where its getters would return
+        the same values (zero-copy on, no offset on the base link); otherwise None and the getters are used."""
+        solver, base = self.robot.solver, self.robot.base_link_idx
+        self.base_link, self.link_views = base, None
+        if gs.use_zerocopy and solver._links_offset_pos_is_identity[base] and solver._links_offset_quat_is_identity[base]:
+            links = solver.dyn_state.links
+            self.link_views = tuple(_state_view(gs, x) for x in (links.pos, links.quat, links.cd_vel, links.cd_ang,
+                                                                  links.root_COM))  # fmt: skip
+
+    def base_state(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """World position, orientation, linear and angular velocity of the base, as ``robot.get_pos()``,
+        ``get_quat()``, ``get_vel()`` and ``get_ang()`` give them."""
+        if self.link_views is None:
+            r = self.robot
+            return r.get_pos(), r.get_quat(), r.get_vel(), r.get_ang()
+        pos, quat, cd_vel, cd_ang, root_com = (v[:, self.base_link] for v in self.link_views)
+        return pos, quat, cd_vel + torch.cross(cd_ang, pos - root_com, dim=-1), cd_ang
 
     def _sample_commands(self) -> None:
         # drawn on the simulator's device: no host transfer inside the step loop
         u = torch.rand((self.n, 3), generator=self.command_gen, device=self.gs.device, dtype=self.gs.tc_float)
-        self.commands = self.command_low + u * self.command_span
+        self.commands.copy_(self.command_low + u * self.command_span)
 
     def reset(self, gen: torch.Generator) -> torch.Tensor:
-        n, dev = self.n, self.gs.device
+        n = self.n
         self.robot.set_dofs_position(self.default_dof_pos.expand(n, -1), self.dofs, zero_velocity=True)
         self.robot.set_pos(self.base_init_pos.expand(n, -1), zero_velocity=False)
         self.robot.set_quat(self.base_init_quat.expand(n, -1), zero_velocity=False)
         self.robot.zero_all_dofs_velocity()
-        self.actions = torch.zeros((n, self.act_dim), device=dev, dtype=self.gs.tc_float)
-        self.last_actions = torch.zeros_like(self.actions)
+        self.actions.zero_()
+        self.last_actions.zero_()
         self.t = 0
         self.command_gen.manual_seed(int(torch.randint(2**62, (1,), generator=gen)))
         self._sample_commands()
-        self._read_state()
-        return self._obs()
+        return self._outputs()[0].clone()
 
-    def _read_state(self) -> None:
+    def step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        c = self.cfg
+        self.actions.copy_(torch.clamp(action, -c["clip_actions"], c["clip_actions"]))
+        executed = self.last_actions if c["simulate_action_latency"] else self.actions
+        self.robot.control_dofs_position(executed * c["action_scale"] + self.default_dof_pos, self.dofs)
+        self.robot.solver.scene.step()
+        self.t += 1
+        if self.t % round(c["resampling_time_s"] / c["dt"]) == 0:
+            self._sample_commands()
+        obs, reward, terminated = (x.clone() for x in self._outputs())  # the graph rewrites its outputs
+        self.last_actions.copy_(self.actions)
+        return obs, reward, terminated
+
+    def _outputs(self) -> tuple[torch.Tensor, ...]:
+        """:meth:`_evaluate`, replayed as a CUDA graph when ``use_cuda_graph`` (captured at the first call)."""
+        if not self.use_cuda_graph:
+            return self._evaluate()
+        if self._graph is None:
+            self._graph = _capture(self._evaluate)
+        graph, out = self._graph
+        graph.replay()
+        return out
+
+    def _evaluate(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Observation, reward (float32) and termination from Genesis' state and the task's buffers; pure."""
         from genesis.utils.geom import inv_quat, quat_to_xyz, transform_by_quat, transform_quat_by_quat
 
-        r = self.robot
-        self.base_pos = r.get_pos()
-        base_quat = r.get_quat()
+        c, s = self.cfg, self.cfg["obs_scales"]
+        base_pos, base_quat, vel, ang = self.base_state()
         inv_init = inv_quat(self.base_init_quat).expand(self.n, -1)
-        self.base_euler = quat_to_xyz(transform_quat_by_quat(inv_init, base_quat), rpy=True, degrees=True)
+        base_euler = quat_to_xyz(transform_quat_by_quat(inv_init, base_quat), rpy=True, degrees=True)
         inv_base = inv_quat(base_quat)
-        self.base_lin_vel = transform_by_quat(r.get_vel(), inv_base)
-        self.base_ang_vel = transform_by_quat(r.get_ang(), inv_base)
-        self.projected_gravity = transform_by_quat(self.gravity, inv_base)
-        self.dof_pos, self.dof_vel = self.dof_state()
-
-    def _obs(self) -> torch.Tensor:
-        s = self.cfg["obs_scales"]
-        return torch.cat(
+        lin_vel, ang_vel = transform_by_quat(vel, inv_base), transform_by_quat(ang, inv_base)
+        projected_gravity = transform_by_quat(self.gravity, inv_base)
+        dof_pos, dof_vel = self.dof_state()
+        obs = torch.cat(
             [
-                self.base_ang_vel * s["ang_vel"],
-                self.projected_gravity,
+                ang_vel * s["ang_vel"],
+                projected_gravity,
                 self.commands * self.commands_scale,
-                (self.dof_pos - self.default_dof_pos) * s["dof_pos"],
-                self.dof_vel * s["dof_vel"],
+                (dof_pos - self.default_dof_pos) * s["dof_pos"],
+                dof_vel * s["dof_vel"],
                 self.actions,
             ],
             dim=-1,
         )
-
-    def step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        c = self.cfg
-        self.actions = torch.clamp(action.to(self.gs.tc_float), -c["clip_actions"], c["clip_actions"])
-        exec_actions = self.last_actions if c["simulate_action_latency"] else self.actions
-        self.robot.control_dofs_position(exec_actions * c["action_scale"] + self.default_dof_pos, self.dofs)
-        self.robot.solver.scene.step()
-        self.t += 1
-        self._read_state()
-        if self.t % round(c["resampling_time_s"] / c["dt"]) == 0:
-            self._sample_commands()
-        terminated = (self.base_euler[:, 1].abs() > c["termination_if_pitch_greater_than"]) | (
-            self.base_euler[:, 0].abs() > c["termination_if_roll_greater_than"]
+        terminated = (base_euler[:, 1].abs() > c["termination_if_pitch_greater_than"]) | (
+            base_euler[:, 0].abs() > c["termination_if_roll_greater_than"]
         )
         sig = c["tracking_sigma"]
         terms = {
-            "tracking_lin_vel": torch.exp(
-                -((self.commands[:, :2] - self.base_lin_vel[:, :2]) ** 2).sum(1) / sig
-            ),
-            "tracking_ang_vel": torch.exp(-((self.commands[:, 2] - self.base_ang_vel[:, 2]) ** 2) / sig),
-            "lin_vel_z": self.base_lin_vel[:, 2] ** 2,
-            "base_height": (self.base_pos[:, 2] - c["base_height_target"]) ** 2,
+            "tracking_lin_vel": torch.exp(-((self.commands[:, :2] - lin_vel[:, :2]) ** 2).sum(1) / sig),
+            "tracking_ang_vel": torch.exp(-((self.commands[:, 2] - ang_vel[:, 2]) ** 2) / sig),
+            "lin_vel_z": lin_vel[:, 2] ** 2,
+            "base_height": (base_pos[:, 2] - c["base_height_target"]) ** 2,
             "action_rate": ((self.last_actions - self.actions) ** 2).sum(1),
-            "similar_to_default": (self.dof_pos - self.default_dof_pos).abs().sum(1),
+            "similar_to_default": (dof_pos - self.default_dof_pos).abs().sum(1),
         }
         reward = sum(terms[k] * w for k, w in self.reward_scales.items())
-        obs = self._obs()
-        self.last_actions = self.actions
         return obs, reward.to(torch.float32), terminated
 
 
@@ -330,13 +382,18 @@ class GenesisEnv(VecEnv):
         device: torch.device | str | None = None,
         seed: int = 0,
         episode_length: int | None = None,
+        cuda_graphs: bool = True,
         **task_kwargs: Any,
     ) -> None:
         if name not in GENESIS_TASKS:
             raise ValueError(f"unknown Genesis task {name!r}; choose one of {sorted(GENESIS_TASKS)}")
+        if not isinstance(cuda_graphs, bool):
+            raise TypeError(f"cuda_graphs must be True or False, got {cuda_graphs!r}")
         gs = _genesis(device)
         self.task = GENESIS_TASKS[name](**task_kwargs)
         self.scene = self.task.build(gs, num_envs)
+        # the task's own ops as one CUDA graph a step (go2_walk; see the module docstring)
+        self.task.use_cuda_graph = cuda_graphs and gs.device.type == "cuda"
         self._gen = torch.Generator().manual_seed(seed)
         act = self.task.act_dim
         low, high = (

@@ -28,7 +28,8 @@ Loops of a record (``loops`` in the JSON):
   ``scene.step()``; Gymnasium backend: Gymnasium's own ``SyncVectorEnv`` (its own live count). The
   overhead compares the times of ``ours`` and ``raw``. Brax's ``raw`` is compiled with the adapter's
   options (CUDA graphs of any length on a GPU); on a GPU ``raw_default_xla`` is the same loop compiled
-  with JAX's defaults, and ``vs_raw_default_xla`` our throughput over it.
+  with JAX's defaults, and ``vs_raw_default_xla`` our throughput over it. Genesis ``go2_walk`` on a GPU:
+  ``ours_eager`` is ``ours`` with the task's ops launched one by one instead of replayed as one CUDA graph.
 * MuJoCo records also time Gymnasium's own vector envs on the same task, ``gym_sync`` (``SyncVectorEnv``) and
   ``gym_async`` (``AsyncVectorEnv``, one process per environment, at most ``--async-max-concurrency``
   stepping at once; only up to ``--async-max-envs`` environments); ``vs_gymnasium`` gives our throughput over
@@ -152,6 +153,21 @@ class Ours(Loop):
             env.step(self.bank[i % BANK])
         self.sync()
         return live_counts, live_ids
+
+
+class OursEager(Ours):
+    """``ours`` with the task's own ops launched one by one (Genesis ``go2_walk``: what ``cuda_graphs=False`` does)."""
+
+    def __init__(self, env: genvs.VecEnv, bank: list[torch.Tensor], seed: int) -> None:
+        super().__init__(env, bank, seed)
+        self.name, self.what = "ours_eager", "ours, the task's ops without the CUDA graph"
+
+    def run(self, steps: int) -> None:
+        self.env.task.use_cuda_graph = False
+        try:
+            super().run(steps)
+        finally:
+            self.env.task.use_cuda_graph = True
 
 
 class RawMujoco(Loop):
@@ -337,6 +353,8 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
             loops.append(RawBrax(env, bank, args.seed, default_xla=True))
     elif backend == "genesis":
         loops.append(RawGenesis(env, bank, args.seed))
+        if getattr(env.task, "use_cuda_graph", False):
+            loops.append(OursEager(env, bank, args.seed))
     gym_id = None
     if backend in ("mujoco", "gymnasium"):
         from gprl.envs.gymnasium_env import SHARED_IDS
@@ -400,6 +418,10 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
         for name, ts in times.items():
             rec[f"{name}_host_us_per_step"] = float(np.median(enq[name])) / (rollouts * steps) * 1e6
             rec[f"{name}_synced_us_per_step"] = float(np.median(ts)) / (rollouts * steps) * 1e6
+    if "ours_eager" in times:
+        over = [100.0 * (te - tr) / tr for te, tr in zip(times["ours_eager"], times["raw"], strict=True)]
+        rec["ours_eager_steps_per_s"] = rate("ours_eager")
+        rec["ours_eager_overhead_pct"] = float(np.median(over))
     if "raw_default_xla" in times:
         rec["raw_default_xla_steps_per_s"] = rate("raw_default_xla")
         rec["vs_raw_default_xla"] = paired("ours", "raw_default_xla")

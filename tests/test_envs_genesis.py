@@ -74,6 +74,11 @@ def test_genesis_own_tensors_no_copy(go2: genvs.VecEnv) -> None:
     torch.testing.assert_close(view, go2.task.robot.get_dofs_position())
     pos, _ = go2.dof_state()
     torch.testing.assert_close(obs[:, 9:21], pos - go2.task.default_dof_pos)
+    # the base's pose and velocities, read from Genesis' link buffers, are what its getters give
+    r = go2.task.robot
+    assert go2.task.link_views is not None
+    for ours, genesis in zip(go2.task.base_state(), (r.get_pos(), r.get_quat(), r.get_vel(), r.get_ang())):
+        torch.testing.assert_close(ours, genesis)
 
 
 def test_cartpole_classic(cartpole: genvs.VecEnv) -> None:
@@ -94,12 +99,15 @@ def test_bad_action(cartpole: genvs.VecEnv) -> None:
         cartpole.step(torch.zeros(4, 2))
     with pytest.raises(ValueError, match="unknown task 'go3'"):
         genvs.make("go3", backend="genesis")
+    with pytest.raises(TypeError, match="cuda_graphs must be True or False"):
+        genvs.make("cartpole_balance", backend="genesis", num_envs=4, device="cpu", cuda_graphs="yes")
 
 
 @pytest.mark.gpu
 def test_gpu_own_tensors_and_no_host_transfers() -> None:
-    """On CUDA: the joint state is a view of Genesis' own GPU buffers, and the adapter adds no device<->host
-    copy to Genesis' own step (profiler, 10 steps of each: ours against Genesis' PD targets + scene.step())."""
+    """On CUDA: the joint state is a view of Genesis' own GPU buffers, the task's ops replayed as a CUDA graph
+    compute what they compute one by one, and the adapter adds no device<->host copy to Genesis' own step
+    (profiler, 10 steps of each: ours against Genesis' PD targets + scene.step())."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     import genesis as gs
@@ -119,6 +127,9 @@ def test_gpu_own_tensors_and_no_host_transfers() -> None:
         obs, *_ = env.step(torch.tanh(obs[:, 9:21]))
     assert view.data_ptr() == ptr and not torch.equal(view, before)  # same storage, updated by Genesis
     torch.testing.assert_close(view, task.robot.get_dofs_position())
+    assert task.use_cuda_graph and task._graph is not None
+    for graphed, eager in zip(task._outputs(), task._evaluate(), strict=True):
+        assert torch.equal(graphed, eager)
     targets = task.default_dof_pos.expand(n, -1).contiguous()
 
     def host_copies(loop) -> list[str]:
