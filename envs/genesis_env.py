@@ -57,18 +57,32 @@ def _state_view(gs: Any, field: Any) -> torch.Tensor | None:
     return qd_to_torch(field, transpose=True, copy=False)
 
 
-def _capture(fn: Callable[[], tuple[torch.Tensor, ...]]) -> tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...]]:
-    """``fn`` as a CUDA graph and the tensors it writes (rewritten by every replay). ``fn`` must be pure: it runs
-    once more, uncaptured, to warm up."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn()
-    return graph, out
+class _Graphed:
+    """``fn(*tensors)``, a pure function of its arguments and of tensors at fixed addresses, run as is or, while
+    ``enabled()``, replayed as a CUDA graph captured at the first such call: the arguments are copied into the
+    graph's own buffers, and the outputs are the graph's (rewritten by every replay)."""
+
+    def __init__(self, fn: Callable[..., tuple[torch.Tensor, ...]], enabled: Callable[[], bool]) -> None:
+        self.fn, self.enabled = fn, enabled
+        self.graph: torch.cuda.CUDAGraph | None = None
+
+    def __call__(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if not self.enabled():
+            return self.fn(*args)
+        if self.graph is None:
+            self.inputs = tuple(a.clone() for a in args)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self.fn(*self.inputs)  # warm-up, uncaptured (lazy initialisation)
+            torch.cuda.current_stream().wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.outputs = self.fn(*self.inputs)
+        for buf, a in zip(self.inputs, args, strict=True):
+            buf.copy_(a)
+        self.graph.replay()
+        return self.outputs
 
 
 class GenesisTask:
@@ -196,13 +210,13 @@ class Go2Walk(GenesisTask):
         ranges = torch.tensor([c["lin_vel_x_range"], c["lin_vel_y_range"], c["ang_vel_range"]], device=dev, dtype=f)
         self.command_low, self.command_span = ranges[:, 0], ranges[:, 1] - ranges[:, 0]
         self.command_gen = torch.Generator(device=dev)
-        # the task's state, updated in place (a captured CUDA graph reads it at these addresses)
+        # state the step's graphs read, updated in place (a captured CUDA graph reads it at these addresses)
         self.commands = torch.zeros((n, 3), device=dev, dtype=f)
-        self.actions = torch.zeros((n, self.act_dim), device=dev, dtype=f)
-        self.last_actions = torch.zeros_like(self.actions)
+        self.last_actions = torch.zeros((n, self.act_dim), device=dev, dtype=f)
         self._bind_dof_views(gs)
         self._bind_base_views(gs)
-        self._graph: tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...]] | None = None
+        self._act = _Graphed(self._clip_and_target, lambda: self.use_cuda_graph)
+        self._observe = _Graphed(self._evaluate, lambda: self.use_cuda_graph)
         return scene
 
     def _bind_base_views(self, gs: Any) -> None:
@@ -235,35 +249,33 @@ class Go2Walk(GenesisTask):
         self.robot.set_pos(self.base_init_pos.expand(n, -1), zero_velocity=False)
         self.robot.set_quat(self.base_init_quat.expand(n, -1), zero_velocity=False)
         self.robot.zero_all_dofs_velocity()
-        self.actions.zero_()
+        self.actions = torch.zeros_like(self.last_actions)
         self.last_actions.zero_()
         self.t = 0
         self.command_gen.manual_seed(int(torch.randint(2**62, (1,), generator=gen)))
         self._sample_commands()
-        return self._outputs()[0].clone()
+        return self._evaluate()[0]
 
     def step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         c = self.cfg
-        self.actions.copy_(torch.clamp(action, -c["clip_actions"], c["clip_actions"]))
-        executed = self.last_actions if c["simulate_action_latency"] else self.actions
-        self.robot.control_dofs_position(executed * c["action_scale"] + self.default_dof_pos, self.dofs)
+        self.actions, targets = self._act(action)
+        self.robot.control_dofs_position(targets, self.dofs)
         self.robot.solver.scene.step()
         self.t += 1
         if self.t % round(c["resampling_time_s"] / c["dt"]) == 0:
             self._sample_commands()
-        obs, reward, terminated = (x.clone() for x in self._outputs())  # the graph rewrites its outputs
+        obs, reward, terminated = self._observe()
         self.last_actions.copy_(self.actions)
-        return obs, reward, terminated
+        # a replay rewrites the graph's outputs: the observation goes to the caller as a copy; GenesisEnv's
+        # step (VecEnv.step) makes new tensors of the reward and termination flags
+        return obs.clone(), reward, terminated
 
-    def _outputs(self) -> tuple[torch.Tensor, ...]:
-        """:meth:`_evaluate`, replayed as a CUDA graph when ``use_cuda_graph`` (captured at the first call)."""
-        if not self.use_cuda_graph:
-            return self._evaluate()
-        if self._graph is None:
-            self._graph = _capture(self._evaluate)
-        graph, out = self._graph
-        graph.replay()
-        return out
+    def _clip_and_target(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The clipped action and the PD targets Genesis gets (the previous action's with the latency on)."""
+        c = self.cfg
+        actions = torch.clamp(action, -c["clip_actions"], c["clip_actions"])
+        executed = self.last_actions if c["simulate_action_latency"] else actions
+        return actions, executed * c["action_scale"] + self.default_dof_pos
 
     def _evaluate(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Observation, reward (float32) and termination from Genesis' state and the task's buffers; pure."""

@@ -127,8 +127,11 @@ def test_gpu_own_tensors_and_no_host_transfers() -> None:
         obs, *_ = env.step(torch.tanh(obs[:, 9:21]))
     assert view.data_ptr() == ptr and not torch.equal(view, before)  # same storage, updated by Genesis
     torch.testing.assert_close(view, task.robot.get_dofs_position())
-    assert task.use_cuda_graph and task._graph is not None
-    for graphed, eager in zip(task._outputs(), task._evaluate(), strict=True):
+    assert task.use_cuda_graph and task._act.graph is not None and task._observe.graph is not None
+    for graphed, eager in zip(task._observe(), task._evaluate(), strict=True):
+        assert torch.equal(graphed, eager)
+    action = torch.rand(n, 12, device="cuda") - 0.5
+    for graphed, eager in zip(task._act(action), task._clip_and_target(action), strict=True):
         assert torch.equal(graphed, eager)
     targets = task.default_dof_pos.expand(n, -1).contiguous()
 
