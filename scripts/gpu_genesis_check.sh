@@ -2,13 +2,14 @@
 # Genesis on the lent (offline) GPU machine. Its Python stack is ~290 MB of wheels, over the 64 MiB a call may
 # carry, so it travels in two calls to one warm machine, as an xz tarball split in two:
 #
-#   bash scripts/gpu_genesis_check.sh pack            # here (registry access): .gsa/ and .gsb/, ~59 + ~47 MB
+#   bash scripts/gpu_genesis_check.sh pack            # here (registries, apt): .gsa/ and .gsb/, ~59 + ~53 MB
 #   bash scripts/gpu_genesis_check.sh stash           # device call 1, carry .gsa: keeps part 1 in /tmp
 #   bash scripts/gpu_genesis_check.sh run [sizes...]  # device call 2 within 30 s, carry .gsb: unpacks, runs
 #                                                     # the Genesis GPU test and bench_envs.py (logs in $OUT)
 #
 # `pack` leaves out gs_madrona (Genesis imports it only if present) and the example assets our tasks do not
-# load (meshes, MJCF models, robots other than go2, the ground plane kept).
+# load (meshes, MJCF models, robots other than go2, the ground plane kept), and adds the GL loader libraries
+# (Debian packages) that Genesis' imports need and the GPU machine lacks; `run` imports pyglet headless.
 set -uo pipefail
 PY=3.12
 WHEELS="genesis-world==1.4.5 quadrants==1.3.3 mujoco==3.17.0 DracoPy OpenEXR PyGEL3D PyOpenGL av coacd
@@ -34,6 +35,11 @@ case "${1:-}" in
     tar -C "$work/site" -cf - . | xz -9 -T0 | split -b 56M - .gsa/site.tar.xz.part-
     mv .gsa/site.tar.xz.part-ab .gsb/
     rm -rf "$work"
+    apt_opts="-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/gs_apt_lists"
+    mkdir -p /tmp/gs_apt_lists/partial
+    # shellcheck disable=SC2086
+    apt-get $apt_opts update -qq && (cd .gsb && apt-get $apt_opts download libgl1 libglx0 libglvnd0 libopengl0 \
+      libegl1) || exit 1
     du -sh .gsa .gsb
     ;;
   stash)
@@ -46,7 +52,9 @@ case "${1:-}" in
     if [ ! -d /tmp/site/genesis ]; then
       cat /tmp/gs_stash/* .gsb/* | xz -d | tar -C /tmp/site -xf - || { echo "unpack failed"; exit 1; }
     fi
-    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYGLET_HEADLESS=1 PYOPENGL_PLATFORM=egl
+    export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+    for deb in .gsb/*.deb; do dpkg -x "$deb" /; done && ldconfig
     python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$OUT/build.log" 2>&1
     nvidia-smi -L | tee -a "$OUT/build.log"
     if [ -z "${SKIP_TESTS:-}" ]; then
