@@ -49,8 +49,9 @@ case "${1:-}" in
     shift
     OUT=${OUT:-gpu_out}; mkdir -p "$OUT" /tmp/site
     export PYTHONUNBUFFERED=1 GPRL_CACHE=${GPRL_CACHE:-$PWD/.gprl_cache}
-    if [ ! -d /tmp/site/genesis ]; then
-      cat /tmp/gs_stash/* .gsb/* | xz -d | tar -C /tmp/site -xf - || { echo "unpack failed"; exit 1; }
+    if [ ! -f /tmp/site/.unpacked ]; then
+      cat /tmp/gs_stash/site.tar.xz.part-* .gsb/site.tar.xz.part-* | xz -d | tar -C /tmp/site -xf - \
+        && touch /tmp/site/.unpacked || { echo "unpack failed"; exit 1; }
     fi
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYGLET_HEADLESS=1 PYOPENGL_PLATFORM=egl
     export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
