@@ -17,8 +17,9 @@ its device. Nothing crosses between host and device inside a step.
 
 On a GPU, a Genesis step is paced by the host (Python launching Genesis' kernels one by one), so every torch op
 of the task's own adds its launch time to the step. ``go2_walk`` therefore computes its observation, reward and
-termination (some 80 small ops) in one pure function over tensors at fixed addresses, captured once as a CUDA
-graph and replayed each step (``cuda_graphs=True``, the default; ``False`` runs the ops one by one).
+termination (some 80 small ops) in one pure function over tensors at fixed addresses, and the action's clip
+and PD targets in another, each captured once as a CUDA graph and replayed every step (``cuda_graphs=True``,
+the default; ``False`` runs the ops one by one).
 """
 
 from __future__ import annotations
