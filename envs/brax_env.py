@@ -146,8 +146,9 @@ class BraxEnv(VecEnv):
         with jax.default_device(self.jax_device):
             reset, step = jax.vmap(self.env.reset), jax.vmap(self.env.step)
             self._reset_fn = self._jit(lambda keys: _strongly_typed(jax, reset(keys)))
-            # the simulator alone (base-class path, benchmarks)
-            self._step_fn = self._jit(lambda state, action: _strongly_typed(jax, step(state, action)))
+            # the simulator alone (base-class path, benchmarks), and unjitted for other compile options
+            self._sim_step = lambda state, action: _strongly_typed(jax, step(state, action))
+            self._step_fn = self._jit(self._sim_step)
             self._keys_fn = self._jit(jax.vmap(jax.random.PRNGKey))
             self._split_fn = self._jit(jax.vmap(jax.random.split))
         self._keys: Any = None

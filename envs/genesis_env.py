@@ -92,7 +92,8 @@ class GenesisTask:
     obs_dim: ClassVar[int]
     act_dim: ClassVar[int]
     episode_length: ClassVar[int]
-    use_cuda_graph = False  # set by GenesisEnv; tasks that can replay their own ops as a CUDA graph read it
+    has_cuda_graphs: ClassVar[bool] = False  # the task can replay its own ops as CUDA graphs
+    use_cuda_graph = False  # whether it does: set by GenesisEnv
 
     def __init__(self, **kwargs: Any) -> None:
         unknown = set(kwargs) - set(self.defaults)
@@ -124,6 +125,7 @@ class GenesisTask:
 
 class Go2Walk(GenesisTask):
     name = "go2_walk"
+    has_cuda_graphs = True
     obs_dim, act_dim = 45, 12
     defaults: ClassVar[dict[str, Any]] = {
         "dt": 0.02,
@@ -406,7 +408,7 @@ class GenesisEnv(VecEnv):
         self.task = GENESIS_TASKS[name](**task_kwargs)
         self.scene = self.task.build(gs, num_envs)
         # the task's own ops as one CUDA graph a step (go2_walk; see the module docstring)
-        self.task.use_cuda_graph = cuda_graphs and gs.device.type == "cuda"
+        self.task.use_cuda_graph = cuda_graphs and gs.device.type == "cuda" and self.task.has_cuda_graphs
         self._gen = torch.Generator().manual_seed(seed)
         act = self.task.act_dim
         low, high = (

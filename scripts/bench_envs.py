@@ -203,11 +203,8 @@ class RawBrax(Loop):
         self.env, self.seed = env, seed
         self.step = env._step_fn
         if default_xla:
-            from gprl.envs.brax_env import _strongly_typed
-
-            jax, vstep = env._jax, env._jax.vmap(env.env.step)
-            with jax.default_device(env.jax_device):
-                self.step = jax.jit(lambda state, action: _strongly_typed(jax, vstep(state, action)))
+            with env._jax.default_device(env.jax_device):
+                self.step = env._jax.jit(env._sim_step)
         self.jbank = [env.to_jax(env.prepare_action(b)) for b in bank]
         self._sync = _device_sync(env.device)
         self.state: Any = None
@@ -353,7 +350,7 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
             loops.append(RawBrax(env, bank, args.seed, default_xla=True))
     elif backend == "genesis":
         loops.append(RawGenesis(env, bank, args.seed))
-        if getattr(env.task, "use_cuda_graph", False):
+        if env.task.use_cuda_graph:
             loops.append(OursEager(env, bank, args.seed))
     gym_id = None
     if backend in ("mujoco", "gymnasium"):

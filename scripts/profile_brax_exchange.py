@@ -85,12 +85,12 @@ def main() -> None:
     def lean_import(t):
         return to_buffer(t.__dlpack__(stream=ready_stream), ready_stream)
 
-    def sync_import(t):
-        torch.cuda.current_stream().synchronize()
-        return to_buffer(t.__dlpack__(stream=-1), None)  # -1: no stream ordering (done on the host)
-
     def unordered_import(t):
-        return to_buffer(t.__dlpack__(stream=-1), None)
+        return to_buffer(t.__dlpack__(stream=-1), None)  # -1: no stream ordering
+
+    def sync_import(t):
+        torch.cuda.current_stream().synchronize()  # the ordering done on the host
+        return unordered_import(t)
 
     def on_ready_stream(loop):
         def call(steps):
