@@ -48,6 +48,31 @@ def canonical_device(device: torch.device | str) -> torch.device:
     return device
 
 
+def episode_rules(
+    terminated_before: torch.Tensor,
+    truncated_before: torch.Tensor,
+    reward: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor | None,
+    time_up: bool | torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One step of the masking rules of the module docstring, as element-wise ops (no host sync).
+
+    Takes the flags before the step, the simulator's reward and termination, its own time limit (``truncated``,
+    None without one) and whether the episode length is reached (``time_up``: a bool, or a bool tensor when the
+    step counter lives on the device); returns the masked reward and the flags after the step.
+    """
+    was_done = terminated_before | truncated_before
+    reward = torch.where(was_done, 0.0, reward)
+    terminated = terminated_before | (terminated & ~was_done)
+    truncated = truncated_before if truncated is None else truncated_before | (truncated & ~was_done & ~terminated)
+    if isinstance(time_up, torch.Tensor):
+        truncated = truncated | (time_up & ~terminated)
+    elif time_up:
+        truncated = truncated | ~terminated
+    return reward, terminated, truncated
+
+
 class VecEnv(abc.ABC):
     """Base class of the batched environments (see the module docstring for the contract)."""
 
@@ -126,13 +151,9 @@ class VecEnv(abc.ABC):
         action = self.prepare_action(action)
         obs, reward, terminated, truncated = self._step(action)
         self._t += 1
-        was_done = self.done
-        reward = torch.where(was_done, torch.zeros((), dtype=reward.dtype, device=self.device), reward)
-        self._terminated = self._terminated | (terminated & ~was_done)
-        if truncated is not None:  # the simulator's own time limit, if it has one
-            self._truncated = self._truncated | (truncated & ~was_done & ~self._terminated)
-        if self._t >= self.episode_length:
-            self._truncated = self._truncated | ~self._terminated
+        reward, self._terminated, self._truncated = episode_rules(
+            self._terminated, self._truncated, reward, terminated, truncated, self._t >= self.episode_length
+        )
         return obs, reward, self._terminated, self._truncated
 
     def _check_reset_called(self) -> None:

@@ -15,14 +15,22 @@ velocities the observation is made from are views of Genesis' own state buffers 
 read without a copy, and so are the Go2's base pose and velocities; actions go to Genesis as torch tensors on
 its device. Nothing crosses between host and device inside a step.
 
-On a GPU, a Genesis step is paced by the host (Python launching Genesis' kernels one by one), so every torch op
-of the task's own adds its launch time to the step. ``go2_walk`` therefore computes its observation, reward and
-termination (some 80 small ops) in one pure function over tensors at fixed addresses, and the action's clip
-and PD targets in another, each captured once as a CUDA graph and replayed every step (``cuda_graphs=True``,
-the default; ``False`` runs the ops one by one).
-"""
+A step is three phases around Genesis' own work, each over tensors at fixed addresses:
 
-from __future__ import annotations
+1. ``before_physics`` (only where this step's action enters this step's physics): the action's NaN mapping and
+   clip, the controls Genesis gets (PD targets, forces);
+2. Genesis: the controls and ``scene.step()``;
+3. ``after_physics``: the task's observation, reward and termination, its own buffers (last action, the next PD
+   targets under action latency), and the episode rules of :mod:`gprl.envs.base` with a step counter on the
+   device, written into one packed output buffer.
+
+On a GPU a Genesis step is paced by the host (Python launching Genesis' kernels one by one, with synchronous
+copies of its own), so every torch op of ours adds its launch time to the step. Phases 1 and 3 are therefore
+captured as CUDA graphs at the first reset and replayed (``cuda_graphs=True``, the default): a step of ours
+adds the action's copy into the graphs' input, one or two replays and one copy of the packed outputs (so the
+caller's tensors are never rewritten by a later step). On the CPU, or with ``cuda_graphs=False``, the same
+functions run op by op.
+"""
 
 import math
 import os
@@ -33,7 +41,7 @@ from typing import Any, ClassVar
 import torch
 
 from ._deps import require
-from .base import VecEnv
+from .base import StepResult, VecEnv, episode_rules
 
 
 def _genesis(device: torch.device | str | None) -> Any:
@@ -59,41 +67,47 @@ def _state_view(gs: Any, field: Any) -> torch.Tensor | None:
 
 
 class _Graphed:
-    """``fn(*tensors)``, a pure function of its arguments and of tensors at fixed addresses, run as is or, while
-    ``enabled()``, replayed as a CUDA graph captured at the first such call: the arguments are copied into the
-    graph's own buffers, and the outputs are the graph's (rewritten by every replay)."""
+    """``fn()``, which reads tensors at fixed addresses and updates some of them in place, run op by op or
+    replayed as a CUDA graph once :meth:`capture` has recorded it."""
 
-    def __init__(self, fn: Callable[..., tuple[torch.Tensor, ...]], enabled: Callable[[], bool]) -> None:
-        self.fn, self.enabled = fn, enabled
+    def __init__(self, fn: Callable[[], object]) -> None:
+        self.fn = fn
         self.graph: torch.cuda.CUDAGraph | None = None
 
-    def __call__(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        if not self.enabled():
-            return self.fn(*args)
-        if self.graph is None:
-            self.inputs = tuple(a.clone() for a in args)
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                self.fn(*self.inputs)  # warm-up, uncaptured (lazy initialisation)
-            torch.cuda.current_stream().wait_stream(side)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                self.outputs = self.fn(*self.inputs)
-        for buf, a in zip(self.inputs, args, strict=True):
-            buf.copy_(a)
-        self.graph.replay()
-        return self.outputs
+    def capture(self) -> None:
+        """Record ``fn`` as a graph (once). It runs once first, uncaptured (lazy initialisation of kernels and
+        allocator): the caller must re-initialise whatever ``fn`` writes, as a reset does."""
+        if self.graph is not None:
+            return
+        self.fn()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):  # recording runs nothing: no state changes
+            self.fn()
+        self.graph = graph
+
+    def __call__(self, replay: bool) -> None:
+        if replay and self.graph is not None:
+            self.graph.replay()
+        else:
+            self.fn()
 
 
 class GenesisTask:
+    """A task on one Genesis scene for the whole batch.
+
+    ``build`` makes the scene and every buffer the step's phases read or write (at fixed addresses, so that
+    CUDA graphs can replay them), ``action`` [N, act_dim] float32 among them: the step's action as given;
+    ``reset`` re-initialises all of those buffers. ``before_physics`` (run only where ``acts_before_physics``),
+    ``physics`` and ``after_physics`` are the phases of a step (module docstring).
+    """
+
     name: ClassVar[str]
     defaults: ClassVar[dict[str, Any]]
     obs_dim: ClassVar[int]
     act_dim: ClassVar[int]
     episode_length: ClassVar[int]
-    has_cuda_graphs: ClassVar[bool] = False  # the task can replay its own ops as CUDA graphs
-    use_cuda_graph = False  # whether it does: set by GenesisEnv
+    action_bound: float  # actions are clipped to [-action_bound, action_bound]
+    acts_before_physics = True  # this step's action enters this step's physics (no action latency)
 
     def __init__(self, **kwargs: Any) -> None:
         unknown = set(kwargs) - set(self.defaults)
@@ -106,6 +120,25 @@ class GenesisTask:
     def build(self, gs: Any, n: int) -> Any: ...
 
     def reset(self, gen: torch.Generator) -> torch.Tensor: ...
+
+    def before_physics(self) -> None:
+        """From ``action`` to the controls Genesis gets this step (in place)."""
+
+    def physics(self) -> None:
+        """Genesis' own work: hand over the controls, ``scene.step()``."""
+
+    def after_physics(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Observation [N, obs_dim], reward [N] float32 and termination [N] bool; updates the task's buffers."""
+        raise NotImplementedError
+
+    def clipped_action(self) -> torch.Tensor:
+        """``action`` as :meth:`VecEnv.prepare_action` maps it: NaN → 0, clipped to ±``action_bound``."""
+        return torch.clamp(torch.nan_to_num(self.action, nan=0.0), -self.action_bound, self.action_bound)
+
+    def reads_state_in_place(self) -> bool:
+        """Whether every read of Genesis' state is through views of its buffers (what a CUDA graph can replay;
+        Genesis' getters launch its own kernels)."""
+        return self.pos_view is not None
 
     def _bind_dof_views(self, gs: Any) -> None:
         """After ``scene.build``: views of Genesis' joint position/velocity buffers (None without zero-copy)."""
@@ -120,12 +153,9 @@ class GenesisTask:
             return self.pos_view[:, self.dof_index], self.vel_view[:, self.dof_index]
         return self.robot.get_dofs_position(self.dofs), self.robot.get_dofs_velocity(self.dofs)
 
-    def step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
-
 
 class Go2Walk(GenesisTask):
     name = "go2_walk"
-    has_cuda_graphs = True
     obs_dim, act_dim = 45, 12
     defaults: ClassVar[dict[str, Any]] = {
         "dt": 0.02,
@@ -165,6 +195,15 @@ class Go2Walk(GenesisTask):
     @property
     def episode_length(self) -> int:  # type: ignore[override]
         return math.ceil(self.cfg["episode_length_s"] / self.cfg["dt"])
+
+    @property
+    def action_bound(self) -> float:  # type: ignore[override]
+        return self.cfg["clip_actions"]
+
+    @property
+    def acts_before_physics(self) -> bool:  # type: ignore[override]
+        # with latency the robot executes the previous step's action: this one's is handled after the physics
+        return not self.cfg["simulate_action_latency"]
 
     def obs_names(self) -> list[str]:
         j = [n.removesuffix("_joint") for n in self.joint_names]
@@ -213,14 +252,19 @@ class Go2Walk(GenesisTask):
         ranges = torch.tensor([c["lin_vel_x_range"], c["lin_vel_y_range"], c["ang_vel_range"]], device=dev, dtype=f)
         self.command_low, self.command_span = ranges[:, 0], ranges[:, 1] - ranges[:, 0]
         self.command_gen = torch.Generator(device=dev)
-        # state the step's graphs read, updated in place (a captured CUDA graph reads it at these addresses)
+        self.resample_every = round(c["resampling_time_s"] / c["dt"])
+        # the phases' state, updated in place (a captured CUDA graph reads it at these addresses)
+        self.action = torch.zeros((n, self.act_dim), device=dev, dtype=torch.float32)
+        self.actions = torch.zeros((n, self.act_dim), device=dev, dtype=f)  # clipped
+        self.last_actions = torch.zeros_like(self.actions)
+        self.targets = torch.zeros_like(self.actions)  # PD targets of the next physics step
         self.commands = torch.zeros((n, 3), device=dev, dtype=f)
-        self.last_actions = torch.zeros((n, self.act_dim), device=dev, dtype=f)
         self._bind_dof_views(gs)
         self._bind_base_views(gs)
-        self._act = _Graphed(self._clip_and_target, lambda: self.use_cuda_graph)
-        self._observe = _Graphed(self._evaluate, lambda: self.use_cuda_graph)
         return scene
+
+    def reads_state_in_place(self) -> bool:
+        return super().reads_state_in_place() and self.link_views is not None
 
     def _bind_base_views(self, gs: Any) -> None:
         """Views of Genesis' link buffers for the base's pose and velocities, where its getters would return
@@ -252,35 +296,39 @@ class Go2Walk(GenesisTask):
         self.robot.set_pos(self.base_init_pos.expand(n, -1), zero_velocity=False)
         self.robot.set_quat(self.base_init_quat.expand(n, -1), zero_velocity=False)
         self.robot.zero_all_dofs_velocity()
-        self.actions = torch.zeros_like(self.last_actions)
-        self.last_actions.zero_()
+        for buf in (self.action, self.actions, self.last_actions):
+            buf.zero_()
+        self._set_targets(self.last_actions)
         self.t = 0
         self.command_gen.manual_seed(int(torch.randint(2**62, (1,), generator=gen)))
         self._sample_commands()
-        return self._evaluate()[0]
+        return self.observe()[0]
 
-    def step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        c = self.cfg
-        self.actions, targets = self._act(action)
-        self.robot.control_dofs_position(targets, self.dofs)
+    def before_physics(self) -> None:
+        self.actions.copy_(self.clipped_action())
+        self._set_targets(self.actions)
+
+    def physics(self) -> None:
+        self.robot.control_dofs_position(self.targets, self.dofs)
         self.robot.solver.scene.step()
         self.t += 1
-        if self.t % round(c["resampling_time_s"] / c["dt"]) == 0:
+        if self.t % self.resample_every == 0:
             self._sample_commands()
-        obs, reward, terminated = self._observe()
+
+    def after_physics(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        latency = self.cfg["simulate_action_latency"]
+        if latency:
+            self.actions.copy_(self.clipped_action())
+        obs, reward, terminated = self.observe()
         self.last_actions.copy_(self.actions)
-        # a replay rewrites the graph's outputs: the observation goes to the caller as a copy; GenesisEnv's
-        # step (VecEnv.step) makes new tensors of the reward and termination flags
-        return obs.clone(), reward, terminated
+        if latency:  # this step's action is the next step's PD target
+            self._set_targets(self.actions)
+        return obs, reward, terminated
 
-    def _clip_and_target(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The clipped action and the PD targets Genesis gets (the previous action's with the latency on)."""
-        c = self.cfg
-        actions = torch.clamp(action, -c["clip_actions"], c["clip_actions"])
-        executed = self.last_actions if c["simulate_action_latency"] else actions
-        return actions, executed * c["action_scale"] + self.default_dof_pos
+    def _set_targets(self, actions: torch.Tensor) -> None:
+        self.targets.copy_(actions * self.cfg["action_scale"] + self.default_dof_pos)
 
-    def _evaluate(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def observe(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Observation, reward (float32) and termination from Genesis' state and the task's buffers; pure."""
         from genesis.utils.geom import inv_quat, quat_to_xyz, transform_by_quat, transform_quat_by_quat
 
@@ -338,6 +386,7 @@ _CARTPOLE_XML = """<mujoco model="cartpole">
 class CartpoleBalance(GenesisTask):
     name = "cartpole_balance"
     obs_dim, act_dim, episode_length = 4, 1, 500
+    action_bound = 1.0  # × max_force on the cart
     defaults: ClassVar[dict[str, Any]] = {
         "dt": 0.02, "max_force": 10.0, "reset_noise_scale": 0.05, "x_threshold": 2.4, "theta_threshold": 0.2,
     }  # fmt: skip
@@ -358,6 +407,9 @@ class CartpoleBalance(GenesisTask):
         self.robot = scene.add_entity(gs.morphs.MJCF(file=path))
         scene.build(n_envs=n)
         self.dofs = [self.robot.get_joint("slider").dof_start, self.robot.get_joint("hinge").dof_start]
+        self.action = torch.zeros((n, self.act_dim), device=gs.device, dtype=torch.float32)
+        # the force on the slider (the hinge is free)
+        self.force = torch.zeros((n, 2), device=gs.device, dtype=gs.tc_float)
         self._bind_dof_views(gs)
         return scene
 
@@ -370,18 +422,23 @@ class CartpoleBalance(GenesisTask):
         noise = ((torch.rand((self.n, 4), generator=gen) * 2 - 1) * s).to(self.gs.device, self.gs.tc_float)
         self.robot.set_dofs_position(noise[:, :2], self.dofs, zero_velocity=True)
         self.robot.set_dofs_velocity(noise[:, 2:], self.dofs)
+        self.action.zero_()
+        self.force.zero_()
         return self._obs()
 
-    def step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        force = torch.zeros((self.n, 2), device=self.gs.device, dtype=self.gs.tc_float)
-        force[:, 0] = action[:, 0].to(self.gs.tc_float) * self.cfg["max_force"]
-        self.robot.control_dofs_force(force, self.dofs)
+    def before_physics(self) -> None:
+        self.force[:, 0] = self.clipped_action()[:, 0] * self.cfg["max_force"]
+
+    def physics(self) -> None:
+        self.robot.control_dofs_force(self.force, self.dofs)
         self.robot.solver.scene.step()
+
+    def after_physics(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         obs = self._obs()
         terminated = (obs[:, 0].abs() > self.cfg["x_threshold"]) | (
             obs[:, 1].abs() > self.cfg["theta_threshold"]
         )
-        return obs, torch.ones(self.n, device=self.gs.device), terminated
+        return obs, torch.ones_like(obs[:, 0], dtype=torch.float32), terminated
 
 
 GENESIS_TASKS: dict[str, type[GenesisTask]] = {t.name: t for t in (Go2Walk, CartpoleBalance)}
@@ -405,39 +462,91 @@ class GenesisEnv(VecEnv):
         if not isinstance(cuda_graphs, bool):
             raise TypeError(f"cuda_graphs must be True or False, got {cuda_graphs!r}")
         gs = _genesis(device)
-        self.task = GENESIS_TASKS[name](**task_kwargs)
-        self.scene = self.task.build(gs, num_envs)
-        # the task's own ops as one CUDA graph a step (go2_walk; see the module docstring)
-        self.task.use_cuda_graph = cuda_graphs and gs.device.type == "cuda" and self.task.has_cuda_graphs
+        self.task = task = GENESIS_TASKS[name](**task_kwargs)
+        self.scene = task.build(gs, num_envs)
         self._gen = torch.Generator().manual_seed(seed)
-        act = self.task.act_dim
-        low, high = (
-            (-1.0, 1.0)
-            if name == "cartpole_balance"
-            else (-self.task.cfg["clip_actions"], self.task.cfg["clip_actions"])
-        )
+        act, bound = task.act_dim, task.action_bound
         super().__init__(
             name=name,
             num_envs=num_envs,
-            obs_dim=self.task.obs_dim,
+            obs_dim=task.obs_dim,
             act_dim=act,
             device=gs.device,
-            episode_length=episode_length or self.task.episode_length,
+            episode_length=episode_length or task.episode_length,
             seed=seed,
-            action_low=torch.full((act,), low),
-            action_high=torch.full((act,), high),
-            obs_names=self.task.obs_names(),
+            action_low=torch.full((act,), -bound),
+            action_high=torch.full((act,), bound),
+            obs_names=task.obs_names(),
         )
+        n, dev = self.num_envs, self.device
+        # a step's outputs packed in one byte buffer (observation, reward, terminated, truncated): the fresh
+        # tensors handed to the caller cost one copy; its flags are the episode state the next step starts from
+        self._out_ends = (n * self.obs_dim * 4, n * (self.obs_dim + 1) * 4, n * (self.obs_dim + 1) * 4 + n)
+        self._out = torch.zeros(self._out_ends[2] + n, dtype=torch.uint8, device=dev)
+        self._obs_out, self._reward_out, self._terminated_out, self._truncated_out = self._unpack(self._out)
+        self._steps = torch.zeros((), dtype=torch.int64, device=dev)  # steps since the reset, on the device
+        self._limit = torch.zeros_like(self._steps)  # episode_length, read by the graph
+        self._before, self._after = _Graphed(task.before_physics), _Graphed(self._after_physics)
+        #: replay the phases as CUDA graphs (captured at the first reset); False runs them op by op
+        self.cuda_graphs = cuda_graphs and dev.type == "cuda" and task.reads_state_in_place()
 
     def dof_state(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Joint positions and velocities as Genesis holds them (zero-copy views when Genesis allows)."""
         return self.task.dof_state()
 
+    def step(self, action: torch.Tensor) -> StepResult:
+        """:meth:`VecEnv.step` in the three phases of the module docstring: the same checks, action mapping
+        and episode rules; per step one copy of the action in, one or two graph replays, one copy out."""
+        self._check_reset_called()
+        self._check_action_tensor(action)
+        self._check_continuous_action(action)
+        task, replay = self.task, self.cuda_graphs
+        task.action.copy_(action)
+        if task.acts_before_physics:
+            self._before(replay)
+        task.physics()
+        self._after(replay)
+        self._t += 1
+        obs, reward, self._terminated, self._truncated = self._unpack(self._out.clone())
+        return obs, reward, self._terminated, self._truncated
+
+    def _after_physics(self) -> None:
+        obs, reward, terminated = self.task.after_physics()
+        self._steps += 1
+        reward, terminated, truncated = episode_rules(
+            self._terminated_out, self._truncated_out, reward, terminated, None, self._steps >= self._limit
+        )
+        for out, value in ((self._obs_out, obs), (self._reward_out, reward), (self._terminated_out, terminated),
+                           (self._truncated_out, truncated)):  # fmt: skip
+            out.copy_(value)
+
+    def _unpack(self, buf: torch.Tensor) -> StepResult:
+        """Views of a packed output buffer (slices: half the host time of ``split``, which a step pays)."""
+        a, b, c = self._out_ends
+        obs, reward, flags = buf[:a].view(torch.float32), buf[a:b].view(torch.float32), buf.view(torch.bool)
+        return obs.view(self.num_envs, self.obs_dim), reward, flags[b:c], flags[c:]
+
     def _reset(self, seed: int | None) -> torch.Tensor:
         if seed is not None:
             self._gen.manual_seed(seed)
+        if self.cuda_graphs:  # once; the reset below re-initialises what the capture's warm-up runs wrote
+            if self.task.acts_before_physics:
+                self._before.capture()
+            self._after.capture()
         return self.task.reset(self._gen)
 
+    def _begin_episodes(self) -> None:
+        super()._begin_episodes()
+        self._out.zero_()
+        self._steps.zero_()
+        self._limit.fill_(self.episode_length)
+
     def _step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
-        obs, reward, terminated = self.task.step(action)
-        return obs, reward, terminated, None
+        # the base class's path (VecEnv.step, op by op with its own bookkeeping): the reference the tests
+        # compare the fused step with
+        task = self.task
+        task.action.copy_(action)
+        if task.acts_before_physics:
+            task.before_physics()
+        task.physics()
+        return (*task.after_physics(), None)

@@ -98,6 +98,10 @@ def load() -> None:
         build_dir.mkdir(parents=True, exist_ok=True)
         what = "CPU + CUDA" if use_cuda else "CPU"
         print(f"gprl: compiling {what} kernels once into {build_dir} (about a minute)", file=sys.stderr, flush=True)
+        if "distutils" in sys.modules and "setuptools" not in sys.modules:
+            # setuptools (under cpp_extension) refuses to load once the standard library's distutils is in
+            # (some simulators' dependencies import it); tell it to use that one
+            os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
         from torch.utils.cpp_extension import load as cpp_load
 
         try:

@@ -28,8 +28,8 @@ Loops of a record (``loops`` in the JSON):
   ``scene.step()``; Gymnasium backend: Gymnasium's own ``SyncVectorEnv`` (its own live count). The
   overhead compares the times of ``ours`` and ``raw``. Brax's ``raw`` is compiled with the adapter's
   options (CUDA graphs of any length on a GPU); on a GPU ``raw_default_xla`` is the same loop compiled
-  with JAX's defaults, and ``vs_raw_default_xla`` our throughput over it. Genesis ``go2_walk`` on a GPU:
-  ``ours_eager`` is ``ours`` with the task's ops launched one by one instead of replayed as one CUDA graph.
+  with JAX's defaults, and ``vs_raw_default_xla`` our throughput over it. Genesis on a GPU: ``ours_eager``
+  is ``ours`` with the step's phases launched op by op instead of replayed as CUDA graphs.
 * MuJoCo records also time Gymnasium's own vector envs on the same task, ``gym_sync`` (``SyncVectorEnv``) and
   ``gym_async`` (``AsyncVectorEnv``, one process per environment, at most ``--async-max-concurrency``
   stepping at once; only up to ``--async-max-envs`` environments); ``vs_gymnasium`` gives our throughput over
@@ -156,18 +156,18 @@ class Ours(Loop):
 
 
 class OursEager(Ours):
-    """``ours`` with the task's own ops launched one by one (Genesis ``go2_walk``: what ``cuda_graphs=False`` does)."""
+    """``ours`` with the step's phases launched op by op (Genesis on a GPU: what ``cuda_graphs=False`` does)."""
 
     def __init__(self, env: genvs.VecEnv, bank: list[torch.Tensor], seed: int) -> None:
         super().__init__(env, bank, seed)
-        self.name, self.what = "ours_eager", "ours, the task's ops without the CUDA graph"
+        self.name, self.what = "ours_eager", "ours, the step's phases op by op instead of CUDA graph replays"
 
     def run(self, steps: int) -> None:
-        self.env.task.use_cuda_graph = False
+        self.env.cuda_graphs = False
         try:
             super().run(steps)
         finally:
-            self.env.task.use_cuda_graph = True
+            self.env.cuda_graphs = True
 
 
 class RawMujoco(Loop):
@@ -350,7 +350,7 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
             loops.append(RawBrax(env, bank, args.seed, default_xla=True))
     elif backend == "genesis":
         loops.append(RawGenesis(env, bank, args.seed))
-        if env.task.use_cuda_graph:
+        if env.cuda_graphs:
             loops.append(OursEager(env, bank, args.seed))
     gym_id = None
     if backend in ("mujoco", "gymnasium"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -81,6 +83,54 @@ def test_genesis_own_tensors_no_copy(go2: genvs.VecEnv) -> None:
         torch.testing.assert_close(ours, genesis)
 
 
+def test_go2_action_latency(go2: genvs.VecEnv) -> None:
+    """The robot executes the previous step's clipped action (PD targets around the default pose); the
+    observation ends with this step's clipped action."""
+    task = go2.task
+    go2.reset(seed=0)
+    first = torch.linspace(-150.0, 150.0, 48).reshape(4, 12)  # past the ±100 clip at both ends
+    first[0, 0] = float("nan")
+    clipped = torch.nan_to_num(first, nan=0.0).clamp(-100.0, 100.0)
+    obs, *_ = go2.step(first)
+    assert torch.equal(obs[:, 33:], clipped) and torch.equal(task.last_actions, clipped)
+    assert torch.equal(task.targets, clipped * 0.25 + task.default_dof_pos)  # the next step's
+    executed = []
+    physics = task.physics
+    task.physics = lambda: (executed.append(task.targets.clone()), physics())  # type: ignore[method-assign]
+    try:
+        obs, *_ = go2.step(torch.zeros(4, 12))
+    finally:
+        del task.physics
+    assert torch.equal(executed[0], clipped * 0.25 + task.default_dof_pos)
+    assert torch.equal(obs[:, 33:], torch.zeros(4, 12))
+
+
+def test_fused_step_equals_the_base_class_path() -> None:
+    """GenesisEnv.step (the phases with the episode rules on the device) gives what VecEnv.step gives with the
+    task's ops one by one: the same outputs bit for bit, NaN and out-of-bound actions, termination masking
+    and truncation at the episode length included; the outputs are fresh tensors."""
+    fused, base = (genvs.make("cartpole_balance", backend="genesis", num_envs=4, device="cpu", episode_length=30)
+                   for _ in range(2))  # fmt: skip
+    gen = torch.Generator().manual_seed(0)
+    push = torch.tensor([[3.0], [-3.0], [0.0], [0.0]])  # the first two fall, the others reach the time limit
+    for episode in range(2):
+        assert torch.equal(fused.reset(seed=episode), base.reset(seed=episode))
+        kept = None
+        for t in range(35):
+            action = push + (torch.rand(4, 1, generator=gen) * 2 - 1) * 0.1
+            action[t % 4, 0] = (float("nan"), float("inf"), -float("inf"), 0.5)[t % 4]
+            got, want = fused.step(action), genvs.VecEnv.step(base, action)
+            for x, y in zip(got, want, strict=True):
+                assert x.dtype == y.dtype and torch.equal(x, y), (episode, t)
+            assert torch.equal(fused.done, base.done)
+            if t == 0:
+                kept = [x.clone() for x in got], got
+        terminated, truncated = got[2], got[3]
+        assert terminated.any() and truncated.any() and (terminated ^ truncated).all()
+        for copy, tensor in zip(*kept, strict=True):  # not rewritten by the later steps
+            assert torch.equal(copy, tensor)
+
+
 def test_cartpole_classic(cartpole: genvs.VecEnv) -> None:
     obs = cartpole.reset(seed=1)
     assert obs.shape == (4, 4) and obs.abs().max() <= 0.05
@@ -97,20 +147,37 @@ def test_bad_action(cartpole: genvs.VecEnv) -> None:
     cartpole.reset()
     with pytest.raises(ValueError, match="action must have shape"):
         cartpole.step(torch.zeros(4, 2))
+    with pytest.raises(TypeError, match="action must be a floating-point"):
+        cartpole.step(torch.zeros(4, 1, dtype=torch.int64))
+    with pytest.raises(ValueError, match="action is on meta"):
+        cartpole.step(torch.zeros(4, 1, device="meta"))
     with pytest.raises(ValueError, match="unknown task 'go3'"):
         genvs.make("go3", backend="genesis")
     with pytest.raises(TypeError, match="cuda_graphs must be True or False"):
         genvs.make("cartpole_balance", backend="genesis", num_envs=4, device="cpu", cuda_graphs="yes")
 
 
+def _graph_equals_ops(graphed: Any, state: list[torch.Tensor]) -> bool:
+    """Whether replaying ``graphed``'s CUDA graph leaves ``state`` as running its ops one by one does, bit for
+    bit, starting both from the same state (restored in between)."""
+    saved = [x.clone() for x in state]
+    graphed(replay=False)
+    by_ops = [x.clone() for x in state]
+    for x, s in zip(state, saved, strict=True):
+        x.copy_(s)
+    graphed(replay=True)
+    return all(torch.equal(x, y) for x, y in zip(state, by_ops, strict=True))
+
+
 @pytest.mark.gpu
 def test_gpu_own_tensors_and_no_host_transfers() -> None:
-    """On CUDA: the joint state is a view of Genesis' own GPU buffers, the task's ops replayed as a CUDA graph
-    compute what they compute one by one, and the adapter adds no device<->host copy to Genesis' own step
-    (profiler, 10 steps of each: ours against Genesis' PD targets + scene.step())."""
+    """On CUDA: the joint state is a view of Genesis' own GPU buffers, the step's phases replayed as CUDA
+    graphs compute what their ops compute one by one, and the adapter adds no device<->host copy to Genesis'
+    own step (profiler, 10 steps of each: ours against Genesis' PD targets + scene.step())."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     import genesis as gs
+    from gprl.envs.genesis_env import _Graphed
 
     if gs._initialized and gs.device.type != "cuda":
         pytest.skip("Genesis is initialised on the CPU in this process (run with -m gpu)")
@@ -127,12 +194,20 @@ def test_gpu_own_tensors_and_no_host_transfers() -> None:
         obs, *_ = env.step(torch.tanh(obs[:, 9:21]))
     assert view.data_ptr() == ptr and not torch.equal(view, before)  # same storage, updated by Genesis
     torch.testing.assert_close(view, task.robot.get_dofs_position())
-    assert task.use_cuda_graph and task._act.graph is not None and task._observe.graph is not None
-    for graphed, eager in zip(task._observe(), task._evaluate(), strict=True):
-        assert torch.equal(graphed, eager)
-    action = torch.rand(n, 12, device="cuda") - 0.5
-    for graphed, eager in zip(task._act(action), task._clip_and_target(action), strict=True):
-        assert torch.equal(graphed, eager)
+    # with action latency the whole step is after the physics: one graph
+    assert env.cuda_graphs and env._after.graph is not None and env._before.graph is None
+    state = [task.action, task.actions, task.last_actions, task.targets, env._out, env._steps]
+    task.action.copy_(torch.rand(n, 12, device="cuda") * 300 - 150)
+    task.action[0, 0] = float("nan")
+    assert _graph_equals_ops(env._after, state)
+    before_physics = _Graphed(task.before_physics)  # the phase a task without latency replays
+    saved = [x.clone() for x in state]
+    before_physics.capture()
+    for x, s in zip(state, saved, strict=True):
+        x.copy_(s)
+    assert _graph_equals_ops(before_physics, state)
+    env.reset(seed=0)
+    obs, *_ = env.step(torch.tanh(obs[:, 9:21]))
     targets = task.default_dof_pos.expand(n, -1).contiguous()
 
     def host_copies(loop) -> list[str]:
