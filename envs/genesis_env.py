@@ -28,13 +28,16 @@ On a GPU a Genesis step is paced by the host (Python launching Genesis' kernels 
 copies of its own), so every torch op of ours adds its launch time to the step. Phases 1 and 3 are therefore
 captured as CUDA graphs at the first reset and replayed (``cuda_graphs=True``, the default): a step of ours
 adds the action's copy into the graphs' input, one or two replays and one copy of the packed outputs (so the
-caller's tensors are never rewritten by a later step). On the CPU, or with ``cuda_graphs=False``, the same
-functions run op by op.
+caller's tensors are never rewritten by a later step). The GPU runs a graph's kernels one after another, a few
+microseconds each however small, and the after-physics phase is some 100 ops: the graphs therefore record the
+phases compiled by ``torch.compile`` into a few fused kernels (``fuse=True``, the default; they agree with the
+ops one by one to float32 rounding). On the CPU, or with ``cuda_graphs=False``, the same functions run op by op.
 """
 
 import math
 import os
 import tempfile
+import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -67,29 +70,54 @@ def _state_view(gs: Any, field: Any) -> torch.Tensor | None:
 
 
 class _Graphed:
-    """``fn()``, which reads tensors at fixed addresses and updates some of them in place, run op by op or
-    replayed as a CUDA graph once :meth:`capture` has recorded it."""
+    """``fn()`` then ``then()``, which read tensors at fixed addresses and update some of them in place, run op
+    by op or replayed as a CUDA graph once :meth:`capture` has recorded them. With ``fuse`` the graph records
+    ``fn`` compiled by ``torch.compile``: a few fused kernels instead of one per op (a GPU runs a graph's tiny
+    kernels one after another, some microseconds each, and a Genesis step waits for them). ``then`` is never
+    compiled (Inductor cannot write through views of another dtype, as packing outputs into bytes does)."""
 
-    def __init__(self, fn: Callable[[], object]) -> None:
-        self.fn = fn
+    def __init__(self, fn: Callable[[], object], fuse: bool, then: Callable[[], object] | None = None) -> None:
+        self.fn, self.fuse, self.then = fn, fuse, then
         self.graph: torch.cuda.CUDAGraph | None = None
+        self._compiled: Callable[[], object] | None = None
+
+    def compiled(self) -> Callable[[], object]:
+        """``fn`` as the graph records it: compiled when ``fuse`` (once; ``fn`` itself, with a warning, where
+        compiling fails), else ``fn``. The first call compiles and runs it."""
+        if self._compiled is None:
+            compiled = self.fn
+            if self.fuse:
+                compiled = torch.compile(self.fn, dynamic=False)
+                try:
+                    compiled()
+                except Exception as e:  # noqa: BLE001 (no Triton or C compiler, say): the graph replays the ops
+                    warnings.warn(f"gprl.envs: torch.compile failed on the Genesis step ({type(e).__name__}: {e}); "
+                                  f"its CUDA graph replays the ops one by one", stacklevel=3)  # fmt: skip
+                    compiled = self.fn
+            self._compiled = compiled
+        return self._compiled
 
     def capture(self) -> None:
-        """Record ``fn`` as a graph (once). It runs once first, uncaptured (lazy initialisation of kernels and
-        allocator): the caller must re-initialise whatever ``fn`` writes, as a reset does."""
+        """Record the graph (once). The functions run first, uncaptured (compilation, lazy initialisation of
+        kernels and allocator): the caller must re-initialise whatever they write, as a reset does."""
         if self.graph is not None:
             return
-        self.fn()
+        self._run(self.compiled())
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):  # recording runs nothing: no state changes
-            self.fn()
+            self._run(self.compiled())
         self.graph = graph
 
     def __call__(self, replay: bool) -> None:
         if replay and self.graph is not None:
             self.graph.replay()
         else:
-            self.fn()
+            self._run(self.fn)
+
+    def _run(self, fn: Callable[[], object]) -> None:
+        fn()
+        if self.then is not None:
+            self.then()
 
 
 class GenesisTask:
@@ -455,12 +483,14 @@ class GenesisEnv(VecEnv):
         seed: int = 0,
         episode_length: int | None = None,
         cuda_graphs: bool = True,
+        fuse: bool = True,
         **task_kwargs: Any,
     ) -> None:
         if name not in GENESIS_TASKS:
             raise ValueError(f"unknown Genesis task {name!r}; choose one of {sorted(GENESIS_TASKS)}")
-        if not isinstance(cuda_graphs, bool):
-            raise TypeError(f"cuda_graphs must be True or False, got {cuda_graphs!r}")
+        for arg, value in (("cuda_graphs", cuda_graphs), ("fuse", fuse)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{arg} must be True or False, got {value!r}")
         gs = _genesis(device)
         self.task = task = GENESIS_TASKS[name](**task_kwargs)
         self.scene = task.build(gs, num_envs)
@@ -479,14 +509,18 @@ class GenesisEnv(VecEnv):
             obs_names=task.obs_names(),
         )
         n, dev = self.num_envs, self.device
-        # a step's outputs packed in one byte buffer (observation, reward, terminated, truncated): the fresh
-        # tensors handed to the caller cost one copy; its flags are the episode state the next step starts from
-        self._out_ends = (n * self.obs_dim * 4, n * (self.obs_dim + 1) * 4, n * (self.obs_dim + 1) * 4 + n)
-        self._out = torch.zeros(self._out_ends[2] + n, dtype=torch.uint8, device=dev)
-        self._obs_out, self._reward_out, self._terminated_out, self._truncated_out = self._unpack(self._out)
-        self._steps = torch.zeros((), dtype=torch.int64, device=dev)  # steps since the reset, on the device
+        # the episodes' state and the last step's outputs, updated in place by the after-physics phase
+        self._values = torch.zeros(n * (self.obs_dim + 1), device=dev)  # observations, then rewards
+        self._flags = torch.zeros((2, n), dtype=torch.bool, device=dev)  # terminated, truncated
+        self._steps = torch.zeros((), dtype=torch.int64, device=dev)  # since the reset
         self._limit = torch.zeros_like(self._steps)  # episode_length, read by the graph
-        self._before, self._after = _Graphed(task.before_physics), _Graphed(self._after_physics)
+        # ... and their copy packed in one byte buffer: the fresh tensors a step hands out cost one copy
+        values_end = self._values.numel() * 4
+        self._out_ends = (n * self.obs_dim * 4, values_end, values_end + n)
+        self._out = torch.zeros(values_end + 2 * n, dtype=torch.uint8, device=dev)
+        self._packed = (self._out[:values_end].view(torch.float32), self._out.view(torch.bool)[values_end:])
+        self._before = _Graphed(task.before_physics, fuse)
+        self._after = _Graphed(self._advance_episodes, fuse, then=self._pack)
         #: replay the phases as CUDA graphs (captured at the first reset); False runs them op by op
         self.cuda_graphs = cuda_graphs and dev.type == "cuda" and task.reads_state_in_place()
 
@@ -510,15 +544,22 @@ class GenesisEnv(VecEnv):
         obs, reward, self._terminated, self._truncated = self._unpack(self._out.clone())
         return obs, reward, self._terminated, self._truncated
 
-    def _after_physics(self) -> None:
+    def _advance_episodes(self) -> None:
+        """The after-physics phase but the packing: the task's part, then the episode rules."""
         obs, reward, terminated = self.task.after_physics()
         self._steps += 1
+        terminated_before, truncated_before = self._flags
         reward, terminated, truncated = episode_rules(
-            self._terminated_out, self._truncated_out, reward, terminated, None, self._steps >= self._limit
+            terminated_before, truncated_before, reward, terminated, None, self._steps >= self._limit
         )
-        for out, value in ((self._obs_out, obs), (self._reward_out, reward), (self._terminated_out, terminated),
-                           (self._truncated_out, truncated)):  # fmt: skip
-            out.copy_(value)
+        self._values[: obs.numel()].copy_(obs.reshape(-1))
+        self._values[obs.numel() :].copy_(reward)
+        self._flags.copy_(torch.stack([terminated, truncated]))
+
+    def _pack(self) -> None:
+        values, flags = self._packed
+        values.copy_(self._values)
+        flags.copy_(self._flags.view(-1))
 
     def _unpack(self, buf: torch.Tensor) -> StepResult:
         """Views of a packed output buffer (slices: half the host time of ``split``, which a step pays)."""
@@ -537,8 +578,8 @@ class GenesisEnv(VecEnv):
 
     def _begin_episodes(self) -> None:
         super()._begin_episodes()
-        self._out.zero_()
-        self._steps.zero_()
+        for buf in (self._values, self._flags, self._steps, self._out):
+            buf.zero_()
         self._limit.fill_(self.episode_length)
 
     def _step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:

@@ -7,6 +7,9 @@
 #   bash scripts/gpu_genesis_check.sh run [sizes...]  # device call 2 within 30 s, carry .gsb: unpacks, runs
 #                                                     # the Genesis GPU test and bench_envs.py (logs in $OUT)
 #
+# `run` reads SKIP_TESTS=1 (no GPU test), PROFILE_SIZES="1024 ..." (scripts/profile_genesis_step.py at those
+# sizes, before the benchmark) and BENCH_TIMEOUT (seconds, default 400).
+#
 # `pack` leaves out gs_madrona (Genesis imports it only if present) and the example assets our tasks do not
 # load (meshes, MJCF models, robots other than go2, the ground plane kept), and adds the GL loader libraries
 # (Debian packages) that Genesis' imports need and the GPU machine lacks; `run` imports pyglet headless.
@@ -62,6 +65,10 @@ case "${1:-}" in
       timeout 400 python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/test_envs_genesis.py 2>&1 \
         | tee "$OUT/gpu_tests_genesis.log" | tail -n 15
     fi
+    for n in ${PROFILE_SIZES:-}; do  # where the step's time goes (scripts/profile_genesis_step.py)
+      timeout 200 python3 scripts/profile_genesis_step.py --num-envs "$n" > "$OUT/profile_genesis_step_$n.json" \
+        2> "$OUT/profile_genesis_step_$n.err"; tail -c 1500 "$OUT/profile_genesis_step_$n.json"; echo
+    done
     timeout "${BENCH_TIMEOUT:-400}" python3 scripts/bench_envs.py --backends genesis --device cuda \
       ${1:+--sizes "$@"} > "$OUT/bench_envs_genesis.json" 2> "$OUT/bench_genesis.err"
     grep '^{"backend"' "$OUT/bench_envs_genesis.json" | python3 -c '

@@ -157,16 +157,21 @@ def test_bad_action(cartpole: genvs.VecEnv) -> None:
         genvs.make("cartpole_balance", backend="genesis", num_envs=4, device="cpu", cuda_graphs="yes")
 
 
-def _graph_equals_ops(graphed: Any, state: list[torch.Tensor]) -> bool:
-    """Whether replaying ``graphed``'s CUDA graph leaves ``state`` as running its ops one by one does, bit for
-    bit, starting both from the same state (restored in between)."""
+def _check_graph_against_ops(graphed: Any, state: list[torch.Tensor]) -> None:
+    """Replaying ``graphed``'s CUDA graph leaves ``state`` as running its ops one by one does, starting both
+    from the same state (restored in between): floats to float32 rounding (the graph runs them compiled into
+    fused kernels), everything else exactly."""
     saved = [x.clone() for x in state]
     graphed(replay=False)
     by_ops = [x.clone() for x in state]
     for x, s in zip(state, saved, strict=True):
         x.copy_(s)
     graphed(replay=True)
-    return all(torch.equal(x, y) for x, y in zip(state, by_ops, strict=True))
+    for x, y in zip(state, by_ops, strict=True):
+        if x.dtype.is_floating_point:
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5, equal_nan=True)
+        else:
+            assert torch.equal(x, y)
 
 
 @pytest.mark.gpu
@@ -196,16 +201,22 @@ def test_gpu_own_tensors_and_no_host_transfers() -> None:
     torch.testing.assert_close(view, task.robot.get_dofs_position())
     # with action latency the whole step is after the physics: one graph
     assert env.cuda_graphs and env._after.graph is not None and env._before.graph is None
-    state = [task.action, task.actions, task.last_actions, task.targets, env._out, env._steps]
+    assert env._after.compiled() is not env._after.fn, "torch.compile failed: the graph replays unfused ops"
+    state = [task.action, task.actions, task.last_actions, task.targets, env._values, env._flags, env._steps]
     task.action.copy_(torch.rand(n, 12, device="cuda") * 300 - 150)
     task.action[0, 0] = float("nan")
-    assert _graph_equals_ops(env._after, state)
-    before_physics = _Graphed(task.before_physics)  # the phase a task without latency replays
+    env._flags[0, :10] = True  # ended episodes: masked rewards, flags kept
+    env._steps.fill_(env.episode_length - 1)  # the time limit is reached at this step
+    _check_graph_against_ops(env._after, state)
+    assert env._flags[1, 10:].any() and not env._flags[1, :10].any()
+    values, flags = env._packed  # the graph's last op: the packed copy the step hands out
+    assert torch.equal(values, env._values) and torch.equal(flags, env._flags.view(-1))
+    before_physics = _Graphed(task.before_physics, fuse=True)  # the phase a task without latency replays
     saved = [x.clone() for x in state]
     before_physics.capture()
     for x, s in zip(state, saved, strict=True):
         x.copy_(s)
-    assert _graph_equals_ops(before_physics, state)
+    _check_graph_against_ops(before_physics, state)
     env.reset(seed=0)
     obs, *_ = env.step(torch.tanh(obs[:, 9:21]))
     targets = task.default_dof_pos.expand(n, -1).contiguous()

@@ -1,0 +1,123 @@
+"""Where a Genesis step's time goes on a GPU: our step with its after-physics phase replayed as a CUDA graph of
+fused (``torch.compile``) kernels, as a graph of the ops one by one, and run op by op, against Genesis' own loop
+(PD targets + ``scene.step()``); and the GPU time of one replay of each graph.
+
+    python scripts/profile_genesis_step.py --num-envs 1024        # JSON on stdout
+
+Loops are timed interleaved (``--repeats`` rounds, the order reversed every other round), each a rollout of
+``--steps`` steps from the same reset with the same actions, synchronised before the clock stops; figures are
+medians in microseconds per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import gprl.envs as genvs
+import numpy as np
+import torch
+from gprl.envs.genesis_env import _Graphed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--num-envs", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--repeats", type=int, default=9)
+    args = ap.parse_args()
+    n = args.num_envs
+    env = genvs.make("go2_walk", backend="genesis", num_envs=n, device="cuda", episode_length=args.steps + 1)
+    task = env.task
+    gen = torch.Generator().manual_seed(0)
+    bank = [((torch.rand(n, 12, generator=gen) * 2 - 1) * 0.2).cuda() for _ in range(16)]
+    targets = [b * task.cfg["action_scale"] + task.default_dof_pos for b in bank]
+    env.reset(seed=0)  # captures the fused graph
+    fused = env._after
+    unfused = _Graphed(env._advance_episodes, fuse=False, then=env._pack)
+    unfused.capture()
+
+    def ours(after: _Graphed, graphs: bool):
+        def run() -> None:
+            env._after, env.cuda_graphs = after, graphs
+            env.reset(seed=0)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for i in range(args.steps):
+                env.step(bank[i % 16])
+            torch.cuda.synchronize()
+            return time.perf_counter() - t0
+
+        return run
+
+    def raw() -> float:
+        env.reset(seed=0)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for i in range(args.steps):
+            task.robot.control_dofs_position(targets[i % 16], task.dofs)
+            task.robot.solver.scene.step()
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    loops = {"raw": raw, "ours_fused_graph": ours(fused, True), "ours_unfused_graph": ours(unfused, True),
+             "ours_eager": ours(fused, False)}  # fmt: skip
+    for fn in loops.values():  # warm-up
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in loops}
+    for r in range(args.repeats):
+        for name in list(loops) if r % 2 == 0 else list(loops)[::-1]:
+            times[name].append(loops[name]())
+    env._after, env.cuda_graphs = fused, True
+    us = {k: float(np.median(v)) / args.steps * 1e6 for k, v in times.items()}
+    overhead = {k: float(np.median([100 * (a - b) / b for a, b in zip(v, times["raw"], strict=True)]))
+                for k, v in times.items() if k != "raw"}  # fmt: skip
+
+    def replay_gpu_us(g: _Graphed, reps: int = 200) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        g(replay=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(reps):
+            g(replay=True)
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / reps * 1e3
+
+    def host_us(fn, reps: int = 200) -> float:
+        fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        dt = time.perf_counter() - t0
+        torch.cuda.synchronize()
+        return dt / reps * 1e6
+
+    action = bank[0]
+    parts = {
+        "copy_action_in": host_us(lambda: task.action.copy_(action)),
+        "replay_fused": host_us(lambda: fused(replay=True)),
+        "replay_unfused": host_us(lambda: unfused(replay=True)),
+        "clone_and_unpack": host_us(lambda: env._unpack(env._out.clone())),
+        "checks": host_us(lambda: (env._check_action_tensor(action), env._check_continuous_action(action))),
+    }
+    print(json.dumps({
+        "device": torch.cuda.get_device_name(), "num_envs": n, "steps": args.steps, "repeats": args.repeats,
+        "us_per_step": us, "overhead_pct": overhead,
+        "graph_gpu_us_per_replay": {"fused": replay_gpu_us(fused), "unfused": replay_gpu_us(unfused)},
+        "graph_nodes": {"fused": _nodes(fused), "unfused": _nodes(unfused)},
+        "host_us_per_call": parts,
+    }))  # fmt: skip
+
+
+def _nodes(g: _Graphed) -> int | None:
+    try:
+        return int(g.graph.raw_cuda_graph().getNumNodes())  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 (not every torch build exposes the raw graph)
+        return None
+
+
+if __name__ == "__main__":
+    main()
