@@ -24,8 +24,9 @@ Loops of a record (``loops`` in the JSON):
 * ``ours``: ``gprl.envs.make(...).step(action)``, actions prepared on the device beforehand.
 * ``raw``: the simulator's own loop doing the same simulation work, without our observations, rewards,
   action checks or bookkeeping: MuJoCo: ``mujoco.batch.Batch.step`` of the same live simulations with the
-  same controls; Brax: ``jit(vmap(env.step))`` on all environments; Genesis: the PD targets and
-  ``scene.step()``; Gymnasium backend: Gymnasium's own ``SyncVectorEnv`` (its own live count). The
+  same controls; Brax: ``jit(vmap(env.step))`` on all environments; Genesis: the PD targets through its
+  API (``robot.control_dofs_position``) and ``scene.step()`` (``raw_scene_step``: ``scene.step()`` alone, the
+  floor; our step writes the PD targets into Genesis' buffer itself); Gymnasium backend: Gymnasium's own ``SyncVectorEnv`` (its own live count). The
   overhead compares the times of ``ours`` and ``raw``. Brax's ``raw`` is compiled with the adapter's
   options (CUDA graphs of any length on a GPU); on a GPU ``raw_default_xla`` is the same loop compiled
   with JAX's defaults, and ``vs_raw_default_xla`` our throughput over it. Genesis on a GPU: ``ours_eager``
@@ -227,14 +228,17 @@ class RawBrax(Loop):
 
 
 class RawGenesis(Loop):
-    def __init__(self, env: Any, bank: list[torch.Tensor], seed: int) -> None:
+    def __init__(self, env: Any, bank: list[torch.Tensor], seed: int, control: bool = True) -> None:
         from gprl.envs.genesis_env import Go2Walk
 
         task = env.task
         self.position_control = isinstance(task, Go2Walk)  # PD targets; the classic task takes forces
-        control = "control_dofs_position(targets)" if self.position_control else "control_dofs_force(forces)"
-        super().__init__("raw", f"robot.{control}; scene.step()")
-        self.env, self.seed = env, seed
+        api = "control_dofs_position(targets)" if self.position_control else "control_dofs_force(forces)"
+        if control:
+            super().__init__("raw", f"robot.{api}; scene.step()")
+        else:
+            super().__init__("raw_scene_step", f"scene.step() alone (the controls {api} set at the reset)")
+        self.env, self.seed, self.control = env, seed, control
         self.targets = [b * 0.25 + task.default_dof_pos for b in bank] if self.position_control else bank
         self._sync = _device_sync(env.device)
 
@@ -244,15 +248,18 @@ class RawGenesis(Loop):
 
     def run(self, steps: int) -> None:
         task = self.env.task
-        robot = task.robot
-        if self.position_control:
+        robot, scene = task.robot, task.robot.solver.scene
+        if not self.control:
+            for _ in range(steps):
+                scene.step()
+        elif self.position_control:
             for i in range(steps):
                 robot.control_dofs_position(self.targets[i % BANK], task.dofs)
-                robot.solver.scene.step()
+                scene.step()
         else:
             for i in range(steps):
                 robot.control_dofs_force(self.targets[i % BANK], task.dofs)
-                robot.solver.scene.step()
+                scene.step()
 
     def sync(self) -> None:
         self._sync()
@@ -349,7 +356,7 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
         if env.compiler_options is not None:
             loops.append(RawBrax(env, bank, args.seed, default_xla=True))
     elif backend == "genesis":
-        loops.append(RawGenesis(env, bank, args.seed))
+        loops += [RawGenesis(env, bank, args.seed), RawGenesis(env, bank, args.seed, control=False)]
         if env.cuda_graphs:
             loops.append(OursEager(env, bank, args.seed))
     gym_id = None
@@ -415,6 +422,10 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
         for name, ts in times.items():
             rec[f"{name}_host_us_per_step"] = float(np.median(enq[name])) / (rollouts * steps) * 1e6
             rec[f"{name}_synced_us_per_step"] = float(np.median(ts)) / (rollouts * steps) * 1e6
+    if "raw_scene_step" in times:  # the floor: Genesis' step with no controls handed over
+        over = [100.0 * (to - tr) / tr for to, tr in zip(times["ours"], times["raw_scene_step"], strict=True)]
+        rec["raw_scene_step_steps_per_s"] = rate("raw_scene_step")
+        rec["overhead_vs_scene_step_pct"] = float(np.median(over))
     if "ours_eager" in times:
         over = [100.0 * (te - tr) / tr for te, tr in zip(times["ours_eager"], times["raw"], strict=True)]
         rec["ours_eager_steps_per_s"] = rate("ours_eager")

@@ -73,7 +73,8 @@ case "${1:-}" in
       ${1:+--sizes "$@"} > "$OUT/bench_envs_genesis.json" 2> "$OUT/bench_genesis.err"
     grep '^{"backend"' "$OUT/bench_envs_genesis.json" | python3 -c '
 import json, sys
-keys = ("num_envs", "steps", "steps_per_s", "raw_steps_per_s", "overhead_pct", "ours_eager_overhead_pct",
+keys = ("num_envs", "steps", "steps_per_s", "raw_steps_per_s", "overhead_pct", "overhead_vs_scene_step_pct",
+        "ours_eager_overhead_pct",
         "ours_host_us_per_step", "ours_synced_us_per_step", "raw_host_us_per_step", "raw_synced_us_per_step", "error")
 for line in sys.stdin:
     rec = json.loads(line)

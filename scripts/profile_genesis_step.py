@@ -1,6 +1,8 @@
 """Where a Genesis step's time goes on a GPU: our step with its after-physics phase replayed as a CUDA graph of
 fused (``torch.compile``) kernels, as a graph of the ops one by one, and run op by op, against Genesis' own loop
-(PD targets + ``scene.step()``); and the GPU time of one replay of each graph.
+(PD targets through its API + ``scene.step()``; ``raw_scene_step``: ``scene.step()`` alone, since our step
+writes the PD targets into Genesis' buffer itself); the GPU time of one replay of each graph; the host time
+of the step's parts.
 
     python scripts/profile_genesis_step.py --num-envs 1024        # JSON on stdout
 
@@ -51,18 +53,22 @@ def main() -> None:
 
         return run
 
-    def raw() -> float:
-        env.reset(seed=0)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for i in range(args.steps):
-            task.robot.control_dofs_position(targets[i % 16], task.dofs)
-            task.robot.solver.scene.step()
-        torch.cuda.synchronize()
-        return time.perf_counter() - t0
+    def raw(control: bool):
+        def run() -> float:
+            env.reset(seed=0)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for i in range(args.steps):
+                if control:
+                    task.robot.control_dofs_position(targets[i % 16], task.dofs)
+                task.robot.solver.scene.step()
+            torch.cuda.synchronize()
+            return time.perf_counter() - t0
 
-    loops = {"raw": raw, "ours_fused_graph": ours(fused, True), "ours_unfused_graph": ours(unfused, True),
-             "ours_eager": ours(fused, False)}  # fmt: skip
+        return run
+
+    loops = {"raw": raw(True), "raw_scene_step": raw(False), "ours_fused_graph": ours(fused, True),
+             "ours_unfused_graph": ours(unfused, True), "ours_eager": ours(fused, False)}  # fmt: skip
     for fn in loops.values():  # warm-up
         fn()
     times: dict[str, list[float]] = {k: [] for k in loops}
@@ -71,8 +77,8 @@ def main() -> None:
             times[name].append(loops[name]())
     env._after, env.cuda_graphs = fused, True
     us = {k: float(np.median(v)) / args.steps * 1e6 for k, v in times.items()}
-    overhead = {k: float(np.median([100 * (a - b) / b for a, b in zip(v, times["raw"], strict=True)]))
-                for k, v in times.items() if k != "raw"}  # fmt: skip
+    overhead = {f"{k}_vs_{base}": float(np.median([100 * (a - b) / b for a, b in zip(v, times[base], strict=True)]))
+                for base in ("raw", "raw_scene_step") for k, v in times.items() if k.startswith("ours")}  # fmt: skip
 
     def replay_gpu_us(g: _Graphed, reps: int = 200) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -98,6 +104,7 @@ def main() -> None:
     action = bank[0]
     parts = {
         "copy_action_in": host_us(lambda: task.action.copy_(action)),
+        "genesis_control_dofs_position": host_us(lambda: task.robot.control_dofs_position(targets[0], task.dofs)),
         "replay_fused": host_us(lambda: fused(replay=True)),
         "replay_unfused": host_us(lambda: unfused(replay=True)),
         "clone_and_unpack": host_us(lambda: env._unpack(env._out.clone())),

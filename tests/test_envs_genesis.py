@@ -105,6 +105,29 @@ def test_go2_action_latency(go2: genvs.VecEnv) -> None:
     assert torch.equal(obs[:, 33:], torch.zeros(4, 12))
 
 
+def test_go2_pd_targets_go_straight_into_genesis(go2: genvs.VecEnv) -> None:
+    """The step writes the PD targets into Genesis' own control buffer (zero-copy) instead of calling
+    robot.control_dofs_position every step: the same episodes, bit for bit, as through Genesis' API."""
+    task = go2.task
+    assert task.ctrl_pos is not None
+
+    def episodes() -> list[torch.Tensor]:
+        obs, out = go2.reset(seed=5), []
+        for _ in range(30):
+            obs, reward, terminated, _ = go2.step(0.5 * torch.sin(obs[:, 9:21] * 7.0 + 1.0))
+            out += [obs, reward, terminated]
+        return out
+
+    direct = episodes()
+    assert torch.equal(task.ctrl_pos[:, task.dof_index], task.targets)
+    view, task.ctrl_pos = task.ctrl_pos, None
+    try:
+        through_api = episodes()
+    finally:
+        task.ctrl_pos = view
+    assert all(torch.equal(a, b) for a, b in zip(direct, through_api, strict=True))
+
+
 def test_fused_step_equals_the_base_class_path() -> None:
     """GenesisEnv.step (the phases with the episode rules on the device) gives what VecEnv.step gives with the
     task's ops one by one: the same outputs bit for bit, NaN and out-of-bound actions, termination masking
@@ -202,7 +225,8 @@ def test_gpu_own_tensors_and_no_host_transfers() -> None:
     # with action latency the whole step is after the physics: one graph
     assert env.cuda_graphs and env._after.graph is not None and env._before.graph is None
     assert env._after.compiled() is not env._after.fn, "torch.compile failed: the graph replays unfused ops"
-    state = [task.action, task.actions, task.last_actions, task.targets, env._values, env._flags, env._steps]
+    state = [task.action, task.actions, task.last_actions, task.targets, task.ctrl_pos, env._values, env._flags,
+             env._steps]  # fmt: skip
     task.action.copy_(torch.rand(n, 12, device="cuda") * 300 - 150)
     task.action[0, 0] = float("nan")
     env._flags[0, :10] = True  # ended episodes: masked rewards, flags kept
