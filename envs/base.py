@@ -21,9 +21,12 @@ Seeding follows Gymnasium's vector convention on every backend but Genesis: ``re
 ``b - a`` environments reset with ``seed + a``: how a distributed run (:mod:`gprl.distributed`) gives each
 process a shard of the batch without changing any episode. (Genesis draws the batch's noise from one generator.)
 
-The bookkeeping is a handful of element-wise torch ops on ``env.device``; nothing here syncs with the host.
-A backend may override :meth:`VecEnv.step` with a fused version of it (NumPy for native MuJoCo, inside the
-jitted step for Brax) that keeps exactly these rules; its tests compare the two paths.
+The tensors a step returns are the caller's: a later step never rewrites them.
+
+The bookkeeping is a handful of element-wise torch ops on ``env.device`` (:func:`episode_rules`); nothing here
+syncs with the host. A backend may override :meth:`VecEnv.step` with a fused version of it (NumPy for native
+MuJoCo, inside the jitted step for Brax, in a CUDA graph with a step counter on the device for Genesis) that
+keeps exactly these rules; its tests compare the two paths.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ of the step's parts.
 
 Loops are timed interleaved (``--repeats`` rounds, the order reversed every other round), each a rollout of
 ``--steps`` steps from the same reset with the same actions, synchronised before the clock stops; figures are
-medians in microseconds per step.
+medians in microseconds per step. ``--trace`` adds the host's busiest ops and CUDA API calls per step of
+Genesis' loops and ours (torch.profiler), to find where a step's host time goes.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 
 import gprl.envs as genvs
 import numpy as np
 import torch
 from gprl.envs.genesis_env import _Graphed
+
+Loop = tuple[Callable[[], object], Callable[[], None]]  # untimed start (the reset), timed steps
 
 
 def main() -> None:
@@ -28,6 +32,7 @@ def main() -> None:
     ap.add_argument("--num-envs", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--trace", action="store_true", help="also profile the host (torch.profiler) per loop")
     args = ap.parse_args()
     n = args.num_envs
     env = genvs.make("go2_walk", backend="genesis", num_envs=n, device="cuda", episode_length=args.steps + 1)
@@ -40,41 +45,45 @@ def main() -> None:
     unfused = _Graphed(env._advance_episodes, fuse=False, then=env._pack)
     unfused.capture()
 
-    def ours(after: _Graphed, graphs: bool):
-        def run() -> None:
+    def ours(after: _Graphed, graphs: bool) -> Loop:
+        def start() -> None:
             env._after, env.cuda_graphs = after, graphs
             env.reset(seed=0)
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
+
+        def steps() -> None:
             for i in range(args.steps):
                 env.step(bank[i % 16])
-            torch.cuda.synchronize()
-            return time.perf_counter() - t0
 
-        return run
+        return start, steps
 
-    def raw(control: bool):
-        def run() -> float:
-            env.reset(seed=0)
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
+    def raw(control: bool) -> Loop:
+        def steps() -> None:
             for i in range(args.steps):
                 if control:
                     task.robot.control_dofs_position(targets[i % 16], task.dofs)
                 task.robot.solver.scene.step()
-            torch.cuda.synchronize()
-            return time.perf_counter() - t0
 
-        return run
+        return lambda: env.reset(seed=0), steps
+
+    def timed(loop: Loop) -> float:
+        start, steps = loop
+        start()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        steps()
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
 
     loops = {"raw": raw(True), "raw_scene_step": raw(False), "ours_fused_graph": ours(fused, True),
              "ours_unfused_graph": ours(unfused, True), "ours_eager": ours(fused, False)}  # fmt: skip
-    for fn in loops.values():  # warm-up
-        fn()
+    for loop in loops.values():  # warm-up
+        timed(loop)
     times: dict[str, list[float]] = {k: [] for k in loops}
     for r in range(args.repeats):
         for name in list(loops) if r % 2 == 0 else list(loops)[::-1]:
-            times[name].append(loops[name]())
+            times[name].append(timed(loops[name]))
+    trace = {name: _host_profile(loops[name], args.steps) for name in ("raw", "raw_scene_step", "ours_fused_graph")
+             } if args.trace else None  # fmt: skip
     env._after, env.cuda_graphs = fused, True
     us = {k: float(np.median(v)) / args.steps * 1e6 for k, v in times.items()}
     overhead = {f"{k}_vs_{base}": float(np.median([100 * (a - b) / b for a, b in zip(v, times[base], strict=True)]))
@@ -114,16 +123,23 @@ def main() -> None:
         "device": torch.cuda.get_device_name(), "num_envs": n, "steps": args.steps, "repeats": args.repeats,
         "us_per_step": us, "overhead_pct": overhead,
         "graph_gpu_us_per_replay": {"fused": replay_gpu_us(fused), "unfused": replay_gpu_us(unfused)},
-        "graph_nodes": {"fused": _nodes(fused), "unfused": _nodes(unfused)},
-        "host_us_per_call": parts,
+        "host_us_per_call": parts, "host_profile": trace,
     }))  # fmt: skip
 
 
-def _nodes(g: _Graphed) -> int | None:
-    try:
-        return int(g.graph.raw_cuda_graph().getNumNodes())  # type: ignore[union-attr]
-    except Exception:  # noqa: BLE001 (not every torch build exposes the raw graph)
-        return None
+def _host_profile(loop: Loop, steps: int, rows: int = 25) -> list[dict[str, float | str]]:
+    """torch.profiler over one rollout's steps: the host's busiest ops and CUDA API calls, per step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    start, run = loop
+    start()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:rows]
+    return [{"name": e.key, "calls_per_step": e.count / steps, "self_cpu_us_per_step": e.self_cpu_time_total / steps}
+            for e in events]  # fmt: skip
 
 
 if __name__ == "__main__":
