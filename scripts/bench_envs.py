@@ -26,11 +26,12 @@ Loops of a record (``loops`` in the JSON):
   action checks or bookkeeping: MuJoCo: ``mujoco.batch.Batch.step`` of the same live simulations with the
   same controls; Brax: ``jit(vmap(env.step))`` on all environments; Genesis: the PD targets through its
   API (``robot.control_dofs_position``) and ``scene.step()`` (``raw_scene_step``: ``scene.step()`` alone, the
-  floor; our step writes the PD targets into Genesis' buffer itself); Gymnasium backend: Gymnasium's own ``SyncVectorEnv`` (its own live count). The
-  overhead compares the times of ``ours`` and ``raw``. Brax's ``raw`` is compiled with the adapter's
-  options (CUDA graphs of any length on a GPU); on a GPU ``raw_default_xla`` is the same loop compiled
-  with JAX's defaults, and ``vs_raw_default_xla`` our throughput over it. Genesis on a GPU: ``ours_eager``
-  is ``ours`` with the step's phases launched op by op instead of replayed as CUDA graphs.
+  floor; our step writes the PD targets into Genesis' buffer itself); Gymnasium backend: Gymnasium's own
+  ``SyncVectorEnv`` (its own live count). The overhead compares the times of ``ours`` and ``raw``. Brax's
+  ``raw`` is compiled with the adapter's options (CUDA graphs of any length on a GPU); on a GPU
+  ``raw_default_xla`` is the same loop compiled with JAX's defaults, and ``vs_raw_default_xla`` our
+  throughput over it. Genesis on a GPU: ``ours_eager`` is ``ours`` with the step's phases launched op by op
+  instead of replayed as CUDA graphs.
 * MuJoCo records also time Gymnasium's own vector envs on the same task, ``gym_sync`` (``SyncVectorEnv``) and
   ``gym_async`` (``AsyncVectorEnv``, one process per environment, at most ``--async-max-concurrency``
   stepping at once; only up to ``--async-max-envs`` environments); ``vs_gymnasium`` gives our throughput over

@@ -73,8 +73,9 @@ case "${1:-}" in
         | tee "$OUT/gpu_tests_genesis.log" | tail -n 15
     fi
     for n in ${PROFILE_SIZES:-}; do  # where the step's time goes (scripts/profile_genesis_step.py)
-      timeout 200 python3 scripts/profile_genesis_step.py --num-envs "$n" --trace > "$OUT/profile_genesis_step_$n.json" \
-        2> "$OUT/profile_genesis_step_$n.err"; tail -c 1500 "$OUT/profile_genesis_step_$n.json"; echo
+      timeout 200 python3 scripts/profile_genesis_step.py --num-envs "$n" --trace \
+        > "$OUT/profile_genesis_step_$n.json" 2> "$OUT/profile_genesis_step_$n.err"
+      tail -c 1500 "$OUT/profile_genesis_step_$n.json"; echo
     done
     timeout "${BENCH_TIMEOUT:-400}" python3 scripts/bench_envs.py --backends genesis --device cuda \
       ${1:+--sizes "$@"} > "$OUT/bench_envs_genesis.json" 2> "$OUT/bench_genesis.err"
