@@ -8,7 +8,8 @@
 #                                                     # the Genesis GPU test and bench_envs.py (logs in $OUT)
 #
 # `run` reads SKIP_TESTS=1 (no GPU test), PROFILE_SIZES="1024 ..." (scripts/profile_genesis_step.py at those
-# sizes, before the benchmark) and BENCH_TIMEOUT (seconds, default 400).
+# sizes, before the benchmark; PROFILE_ARGS: its further options), SKIP_BENCH=1 (no benchmark), BENCH_ARGS
+# (bench_envs.py's further options) and BENCH_TIMEOUT (seconds, default 400).
 #
 # Most of a fresh machine's first Genesis scene goes into compiling Genesis' kernels (4.5-5.5 min on the H100;
 # 2 of the 2.4 min a CPU build takes here). `run` leaves that compile cache in $OUT (qdcache.tar.xz, ~1 MB
@@ -73,13 +74,16 @@ case "${1:-}" in
         | tee "$OUT/gpu_tests_genesis.log" | tail -n 15
     fi
     for n in ${PROFILE_SIZES:-}; do  # where the step's time goes (scripts/profile_genesis_step.py)
-      timeout 200 python3 scripts/profile_genesis_step.py --num-envs "$n" --trace \
+      # shellcheck disable=SC2086
+      timeout 200 python3 scripts/profile_genesis_step.py --num-envs "$n" --trace ${PROFILE_ARGS:-} \
         > "$OUT/profile_genesis_step_$n.json" 2> "$OUT/profile_genesis_step_$n.err"
       tail -c 1500 "$OUT/profile_genesis_step_$n.json"; echo
     done
-    timeout "${BENCH_TIMEOUT:-400}" python3 scripts/bench_envs.py --backends genesis --device cuda \
-      ${1:+--sizes "$@"} > "$OUT/bench_envs_genesis.json" 2> "$OUT/bench_genesis.err"
-    grep '^{"backend"' "$OUT/bench_envs_genesis.json" | python3 -c '
+    if [ -z "${SKIP_BENCH:-}" ]; then
+      # shellcheck disable=SC2086
+      timeout "${BENCH_TIMEOUT:-400}" python3 scripts/bench_envs.py --backends genesis --device cuda \
+        ${1:+--sizes "$@"} ${BENCH_ARGS:-} > "$OUT/bench_envs_genesis.json" 2> "$OUT/bench_genesis.err"
+      grep '^{"backend"' "$OUT/bench_envs_genesis.json" | python3 -c '
 import json, sys
 keys = ("num_envs", "steps", "steps_per_s", "raw_steps_per_s", "overhead_pct", "overhead_vs_scene_step_pct",
         "ours_eager_overhead_pct",
@@ -87,7 +91,8 @@ keys = ("num_envs", "steps", "steps_per_s", "raw_steps_per_s", "overhead_pct", "
 for line in sys.stdin:
     rec = json.loads(line)
     print({k: rec[k] for k in keys if k in rec})'
-    tail -n 5 "$OUT/bench_genesis.err"
+      tail -n 5 "$OUT/bench_genesis.err"
+    fi
     if [ -d "$HOME/.cache/quadrants" ]; then
       tar -C "$HOME/.cache" -cf - quadrants | xz -T0 -6 > "$OUT/qdcache.tar.xz" && ls -la "$OUT/qdcache.tar.xz"
     fi

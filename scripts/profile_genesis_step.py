@@ -1,8 +1,9 @@
 """Where a Genesis step's time goes on a GPU: our step with its after-physics phase replayed as a CUDA graph of
 fused (``torch.compile``) kernels, as a graph of the ops one by one, and run op by op, against Genesis' own loop
 (PD targets through its API + ``scene.step()``; ``raw_scene_step``: ``scene.step()`` alone, since our step
-writes the PD targets into Genesis' buffer itself); the GPU time of one replay of each graph; the host time
-of the step's parts.
+writes the PD targets into Genesis' buffer itself); ``scene_step+<part>``: ``scene.step()`` and one part of our
+step in place (what it costs between Genesis' steps, against what it costs alone); the GPU time of one replay
+of each graph; the host time of the step's parts alone.
 
     python scripts/profile_genesis_step.py --num-envs 1024        # JSON on stdout
 
@@ -74,8 +75,31 @@ def main() -> None:
         torch.cuda.synchronize()
         return time.perf_counter() - t0
 
+    def scene_step_plus(part: Callable[[int], object]) -> Loop:
+        """``scene.step()`` and one part of our step, in place: what that part costs between Genesis' steps."""
+
+        def steps() -> None:
+            for i in range(args.steps):
+                task.robot.solver.scene.step()
+                part(i)
+
+        return lambda: env.reset(seed=0), steps
+
+    def two_clones() -> tuple[torch.Tensor, ...]:  # the outputs from the unpacked buffers: 2 copies, 4 views
+        values, flags = env._values.clone(), env._flags.clone()
+        k = n * env.obs_dim
+        return values[:k].view(n, env.obs_dim), values[k:], *flags.unbind()
+
     loops = {"raw": raw(True), "raw_scene_step": raw(False), "ours_fused_graph": ours(fused, True),
-             "ours_unfused_graph": ours(unfused, True), "ours_eager": ours(fused, False)}  # fmt: skip
+             "ours_unfused_graph": ours(unfused, True), "ours_eager": ours(fused, False),
+             "scene_step+copy_action_in": scene_step_plus(lambda i: task.action.copy_(bank[i % 16])),
+             "scene_step+replay_fused": scene_step_plus(lambda i: fused(replay=True)),
+             "scene_step+clone_and_unpack": scene_step_plus(lambda i: env._unpack(env._out.clone())),
+             "scene_step+clone": scene_step_plus(lambda i: env._out.clone()),
+             "scene_step+two_clones_and_unpack": scene_step_plus(lambda i: two_clones()),
+             "scene_step+synchronize": scene_step_plus(lambda i: torch.cuda.synchronize()),
+             "scene_step+all_three": scene_step_plus(lambda i: (task.action.copy_(bank[i % 16]), fused(replay=True),
+                                                                env._unpack(env._out.clone())))}  # fmt: skip
     for loop in loops.values():  # warm-up
         timed(loop)
     times: dict[str, list[float]] = {k: [] for k in loops}
@@ -87,7 +111,8 @@ def main() -> None:
     env._after, env.cuda_graphs = fused, True
     us = {k: float(np.median(v)) / args.steps * 1e6 for k, v in times.items()}
     overhead = {f"{k}_vs_{base}": float(np.median([100 * (a - b) / b for a, b in zip(v, times[base], strict=True)]))
-                for base in ("raw", "raw_scene_step") for k, v in times.items() if k.startswith("ours")}  # fmt: skip
+                for base in ("raw", "raw_scene_step") for k, v in times.items()
+                if k.startswith("ours") or base == "raw_scene_step" and k.startswith("scene_step+")}  # fmt: skip
 
     def replay_gpu_us(g: _Graphed, reps: int = 200) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
