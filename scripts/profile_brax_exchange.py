@@ -10,7 +10,8 @@ that do not import):
   exchange; ``ours``: ``env.step`` (fused step, one import, two exports); ``base``: the base-class path
   (``VecEnv.step``: raw step, three exports, masking in torch)
 * ``raw_import`` / ``fused_import``: plus the action's import each step; ``raw_export`` / ``fused_export``:
-  plus the observation's and the reward's (packed buffer's) export each step
+  plus the observation's and the reward's (packed buffer's) export each step; ``fused_both``: both, i.e.
+  ``ours`` without its checks, flag bookkeeping and views
 * ``lean``: ``ours`` with the import through jaxlib's own DLPack call, skipping ``jax.dlpack.from_dlpack``'s
   Python (private JAX API: a diagnostic only)
 * ``sync_import`` / ``sync_export`` / ``sync_both``: ``ours`` with the exchange ordered by the host instead of
@@ -153,6 +154,7 @@ def main() -> None:
         "raw": raw, "fused_only": fused, "ours": ours, "base": base,
         "raw_import": lambda T: raw(T, imported=True), "raw_export": lambda T: raw(T, exported=True),
         "fused_import": lambda T: fused(T, imported=True), "fused_export": lambda T: fused(T, exported=True),
+        "fused_both": lambda T: fused(T, imported=True, exported=True),
         "lean": lambda T: ours(T, imp=lean_import), "sync_import": lambda T: ours(T, imp=sync_import),
         "sync_export": lambda T: ours(T, exp=sync_export),
         "sync_both": lambda T: ours(T, imp=sync_import, exp=sync_export),
