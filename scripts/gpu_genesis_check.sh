@@ -75,7 +75,7 @@ case "${1:-}" in
     fi
     for n in ${PROFILE_SIZES:-}; do  # where the step's time goes (scripts/profile_genesis_step.py)
       # shellcheck disable=SC2086
-      timeout 200 python3 scripts/profile_genesis_step.py --num-envs "$n" --trace ${PROFILE_ARGS:-} \
+      timeout 400 python3 scripts/profile_genesis_step.py --num-envs "$n" --trace ${PROFILE_ARGS:-} \
         > "$OUT/profile_genesis_step_$n.json" 2> "$OUT/profile_genesis_step_$n.err"
       tail -c 1500 "$OUT/profile_genesis_step_$n.json"; echo
     done
