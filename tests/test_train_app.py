@@ -228,7 +228,9 @@ def test_ctrl_c_writes_a_checkpoint_and_resumes(tmp_path):
     assert "interrupted: checkpoint written" in out
     (ckpt,) = (tmp_path / "run" / "checkpoints").iterdir()  # no periodic checkpoint was due: Ctrl-C wrote it
     done = int(ckpt.stem.split("_")[1])
-    assert done >= 2
+    # generation 1's metrics line is written before its variation ends; Ctrl-C there saves the state before
+    # generation 1 (and the resume rewrites that line), so two lines guarantee one generation done, not two
+    assert done >= 1
     train(tmp_path, "resumer", f"gp.generations={done + 2}", *opts, f"resume={tmp_path / 'run'}")
     assert [r["generation"] for r in metrics(tmp_path / "run")] == list(range(done + 2))
     assert (tmp_path / "run" / "policy.py").exists()
