@@ -59,6 +59,18 @@ def time_call(fn, device: str, repeats: int, budget_s: float, warm_up: bool = Tr
     return statistics.median(times)
 
 
+def queued_host_us(fn, calls: int = 2000) -> float:
+    """Host microseconds per CUDA call with calls queued back to back (the GPU's time once its queue fills)."""
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return round((t1 - t0) / calls * 1e6, 1)
+
+
 def time_interleaved(calls: dict, repeats: int, budget_s: float) -> dict:
     """Median seconds per call of each CUDA call, timed in rounds (one call of each per round) so that clock
     and memory-pool drift falls on all of them alike; after the first round, a call slower than 8x the

@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout's gprl
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_eval's workload and timing
-from bench_eval import FUNCTIONS, time_call
+from bench_eval import FUNCTIONS, queued_host_us, time_call
 
 from gprl import Dataset, Population, strategy
 from gprl.ops import ops
@@ -34,18 +34,6 @@ from gprl.population import METRICS
 def event_us(fn) -> float:
     """Median microseconds between CUDA events around one call (bench_eval's measure)."""
     return round(time_call(fn, "cuda", repeats=200, budget_s=10.0) * 1e6, 1)
-
-
-def queued_host_us(fn, calls: int = 2000) -> float:
-    """Host microseconds per call with calls queued back to back (the GPU's time once its queue fills)."""
-    fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return round((t1 - t0) / calls * 1e6, 1)
 
 
 def behind_sleep_us(fn, calls: int = 100) -> tuple[float, float]:

@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import gprl.envs as genvs
 import numpy as np
 import torch
 from gprl.envs.genesis_env import _Graphed
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_eval's timing helpers
+from bench_eval import queued_host_us
 
 Loop = tuple[Callable[[], object], Callable[[], None]]  # untimed start (the reset), timed steps
 
@@ -125,25 +130,15 @@ def main() -> None:
         torch.cuda.synchronize()
         return start.elapsed_time(end) / reps * 1e3
 
-    def host_us(fn, reps: int = 200) -> float:
-        fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        dt = time.perf_counter() - t0
-        torch.cuda.synchronize()
-        return dt / reps * 1e6
-
     action = bank[0]
-    parts = {
-        "copy_action_in": host_us(lambda: task.action.copy_(action)),
-        "genesis_control_dofs_position": host_us(lambda: task.robot.control_dofs_position(targets[0], task.dofs)),
-        "replay_fused": host_us(lambda: fused(replay=True)),
-        "replay_unfused": host_us(lambda: unfused(replay=True)),
-        "clone_and_unpack": host_us(lambda: env._unpack(env._out.clone())),
-        "checks": host_us(lambda: (env._check_action_tensor(action), env._check_continuous_action(action))),
-    }
+    parts = {name: queued_host_us(fn, calls=200) for name, fn in {
+        "copy_action_in": lambda: task.action.copy_(action),
+        "genesis_control_dofs_position": lambda: task.robot.control_dofs_position(targets[0], task.dofs),
+        "replay_fused": lambda: fused(replay=True),
+        "replay_unfused": lambda: unfused(replay=True),
+        "clone_and_unpack": lambda: env._unpack(env._out.clone()),
+        "checks": lambda: (env._check_action_tensor(action), env._check_continuous_action(action)),
+    }.items()}  # fmt: skip
     print(json.dumps({
         "device": torch.cuda.get_device_name(), "num_envs": n, "steps": args.steps, "repeats": args.repeats,
         "us_per_step": us, "overhead_pct": overhead,
