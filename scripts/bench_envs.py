@@ -408,6 +408,10 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
         return float(np.median([(live_total[a] / ta) / (live_total[b] / tb)
                                 for ta, tb in zip(times[a], times[b], strict=True)]))  # fmt: skip
 
+    def overheads(a: str, b: str) -> list[float]:
+        """Per repeat, how much longer loop ``a`` took than loop ``b``, in %."""
+        return [100.0 * (ta - tb) / tb for ta, tb in zip(times[a], times[b], strict=True)]
+
     rec: dict[str, Any] = {
         "backend": backend, "task": task, "device": str(env.device), "num_envs": n, "steps": steps,
         "max_steps": args.steps, "action_scale": scale, "rollouts_per_sample": rollouts, "repeats": repeats,
@@ -416,7 +420,7 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
     }  # fmt: skip
     if "raw" in times:
         rec["raw_steps_per_s"] = rate("raw")
-        over = [100.0 * (to - tr) / tr for to, tr in zip(times["ours"], times["raw"], strict=True)]
+        over = overheads("ours", "raw")
         rec["overhead_pct"] = float(np.median(over))
         rec["overhead_pct_samples"] = [round(o, 2) for o in over]
     if env.device.type == "cuda":  # host time to queue a step; close to the synced time means the host waits
@@ -424,13 +428,11 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
             rec[f"{name}_host_us_per_step"] = float(np.median(enq[name])) / (rollouts * steps) * 1e6
             rec[f"{name}_synced_us_per_step"] = float(np.median(ts)) / (rollouts * steps) * 1e6
     if "raw_scene_step" in times:  # the floor: Genesis' step with no controls handed over
-        over = [100.0 * (to - tr) / tr for to, tr in zip(times["ours"], times["raw_scene_step"], strict=True)]
         rec["raw_scene_step_steps_per_s"] = rate("raw_scene_step")
-        rec["overhead_vs_scene_step_pct"] = float(np.median(over))
+        rec["overhead_vs_scene_step_pct"] = float(np.median(overheads("ours", "raw_scene_step")))
     if "ours_eager" in times:
-        over = [100.0 * (te - tr) / tr for te, tr in zip(times["ours_eager"], times["raw"], strict=True)]
         rec["ours_eager_steps_per_s"] = rate("ours_eager")
-        rec["ours_eager_overhead_pct"] = float(np.median(over))
+        rec["ours_eager_overhead_pct"] = float(np.median(overheads("ours_eager", "raw")))
     if "raw_default_xla" in times:
         rec["raw_default_xla_steps_per_s"] = rate("raw_default_xla")
         rec["vs_raw_default_xla"] = paired("ours", "raw_default_xla")
