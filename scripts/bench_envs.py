@@ -433,6 +433,8 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
     if "ours_eager" in times:
         rec["ours_eager_steps_per_s"] = rate("ours_eager")
         rec["ours_eager_overhead_pct"] = float(np.median(overheads("ours_eager", "raw")))
+    if backend == "brax":  # which DLPack import the adapter's probe chose (see envs/brax_env.py)
+        rec["action_import"] = "jaxlib" if env._import is not None else "jax.dlpack.from_dlpack"
     if "raw_default_xla" in times:
         rec["raw_default_xla_steps_per_s"] = rate("raw_default_xla")
         rec["vs_raw_default_xla"] = paired("ours", "raw_default_xla")

@@ -12,8 +12,8 @@ that do not import):
 * ``raw_import`` / ``fused_import``: plus the action's import each step; ``raw_export`` / ``fused_export``:
   plus the observation's and the reward's (packed buffer's) export each step; ``fused_both``: both, i.e.
   ``ours`` without its checks, flag bookkeeping and views
-* ``lean``: ``ours`` with the import through jaxlib's own DLPack call, skipping ``jax.dlpack.from_dlpack``'s
-  Python (private JAX API: a diagnostic only)
+* ``public_import``: ``ours`` with the action imported through the public ``jax.dlpack.from_dlpack`` (as the
+  adapter did before it called jaxlib's own import, see ``envs/brax_env.py``)
 * ``sync_import`` / ``sync_export`` / ``sync_both``: ``ours`` with the exchange ordered by the host instead of
   by stream events (torch's stream synchronised before the import; the export waits on the host)
 * ``raw_import_unordered``: ``raw_import`` without any stream ordering (timing only: the actions are ready
@@ -68,26 +68,20 @@ def main() -> None:
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("profile_brax_exchange.py needs a CUDA device")
-    from jax._src.lib import _jax, jaxlib_extension_version  # the lean import only
-
     n = args.num_envs
     env = genvs.make(args.task, backend="brax", num_envs=n, device="cuda", seed=0, cuda_graphs=not args.no_cuda_graphs)
     gen = torch.Generator(device="cuda").manual_seed(0)
     bank = [torch.rand(n, env.act_dim, device="cuda", generator=gen) * 2 - 1 for _ in range(BANK)]
     jbank = [env.to_jax(b) for b in bank]
-    dev = env.jax_device
-    ready_stream = dev.get_stream_for_external_ready_events()
+    ready_stream = env.jax_device.get_stream_for_external_ready_events()
 
-    def to_buffer(capsule, stream):
-        if jaxlib_extension_version >= 467:
-            return _jax.dlpack_managed_tensor_to_buffer(capsule, dev, stream, None, 2)  # 2: kDLCUDA
-        return _jax.dlpack_managed_tensor_to_buffer(capsule, dev, stream, None)
+    def public_import(t):
+        return jax.dlpack.from_dlpack(t.contiguous())
 
-    def lean_import(t):
-        return to_buffer(t.__dlpack__(stream=ready_stream), ready_stream)
+    def unordered_import(t):  # jaxlib's import (private API) told nothing is pending: no stream ordering
+        from jax._src.lib import _jax
 
-    def unordered_import(t):
-        return to_buffer(t.__dlpack__(stream=-1), None)  # -1: no stream ordering
+        return _jax.dlpack_managed_tensor_to_buffer(torch.utils.dlpack.to_dlpack(t), env.jax_device, None, None, 2)
 
     def sync_import(t):
         torch.cuda.current_stream().synchronize()  # the ordering done on the host
@@ -155,7 +149,7 @@ def main() -> None:
         "raw_import": lambda T: raw(T, imported=True), "raw_export": lambda T: raw(T, exported=True),
         "fused_import": lambda T: fused(T, imported=True), "fused_export": lambda T: fused(T, exported=True),
         "fused_both": lambda T: fused(T, imported=True, exported=True),
-        "lean": lambda T: ours(T, imp=lean_import), "sync_import": lambda T: ours(T, imp=sync_import),
+        "public_import": lambda T: ours(T, imp=public_import), "sync_import": lambda T: ours(T, imp=sync_import),
         "sync_export": lambda T: ours(T, exp=sync_export),
         "sync_both": lambda T: ours(T, imp=sync_import, exp=sync_export),
         "ours_keep": lambda T: ours(T, imp=keeping(env.to_jax), exp=keeping(env.to_torch)),
@@ -203,14 +197,14 @@ def main() -> None:
     t2 = time.perf_counter()
     out = {
         "device": torch.cuda.get_device_name(), "task": args.task, "N": n, "jax": jax.__version__,
-        "compiler_options": env.compiler_options, "rounds": rounds, "steps_per_sample": args.steps,
+        "compiler_options": env.compiler_options, "jaxlib_import": env._import is not None, "rounds": rounds, "steps_per_sample": args.steps,
         "ms_per_step_median": {k: round(statistics.median(v), 3) for k, v in samples.items()},
         "overhead_pct_paired": {k: round(statistics.median([(a / b - 1) * 100 for a, b in
                                                             zip(samples[k], samples["raw"])]), 2)
                                 for k in names if k != "raw"},
         "samples_ms": {k: [round(x, 2) for x in v] for k, v in samples.items()},
         "pieces_us": {"to_jax": per_call_us(lambda: env.to_jax(bank[0])),
-                      "lean_import": per_call_us(lambda: lean_import(bank[0])),
+                      "public_import": per_call_us(lambda: public_import(bank[0])),
                       "sync_import": per_call_us(lambda: sync_import(bank[0])),
                       "to_torch": per_call_us(lambda: env.to_torch(obs, stream)),
                       "sync_export": per_call_us(lambda: sync_export(obs, stream)),

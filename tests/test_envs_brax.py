@@ -99,6 +99,39 @@ def test_dlpack_shares_storage_on_cpu(pendulum: genvs.VecEnv) -> None:
     assert obs.data_ptr() == env._state.obs.unsafe_buffer_pointer()
 
 
+def test_jaxlib_import_is_used_and_matches_the_public_import(
+    pendulum: genvs.VecEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Actions enter through jaxlib's own DLPack call where it checks out, through jax.dlpack otherwise: the
+    same episodes either way, and a jaxlib whose call fails or differs falls back to the public import."""
+    from gprl.envs import brax_env
+
+    env = pendulum
+    assert env._import is not None  # this jaxlib's call passed the probe: CI runs the fast path
+    actions = [torch.full((6, 1), v) for v in (0.3, -0.2, 0.1, 0.4)]
+
+    def episode() -> list[torch.Tensor]:
+        out = [env.reset(seed=2).clone()]
+        for a in actions:
+            out.extend(x.clone() for x in env.step(a))
+        return out
+
+    fast = episode()
+    monkeypatch.setattr(env, "_import", None)
+    for x, y in zip(fast, episode(), strict=True):
+        assert torch.equal(x, y)
+
+    from jax._src.lib import _jax
+
+    def wrong_signature(*args):
+        raise TypeError("dlpack_managed_tensor_to_buffer(): incompatible function arguments")
+
+    monkeypatch.setattr(_jax, "dlpack_managed_tensor_to_buffer", wrong_signature)
+    assert brax_env._dlpack_importer(env._jax, env.jax_device, env.device) is None
+    monkeypatch.setattr(_jax, "dlpack_managed_tensor_to_buffer", lambda *args: env._jax.numpy.zeros(6))
+    assert brax_env._dlpack_importer(env._jax, env.jax_device, env.device) is None  # not a view of the tensor
+
+
 def test_bad_inputs(pendulum: genvs.VecEnv) -> None:
     pendulum.reset()
     with pytest.raises(ValueError, match="action must have shape"):
@@ -143,6 +176,27 @@ def test_gpu_no_copy_and_no_host_transfers() -> None:
     copies = [n for n in names if "Memcpy HtoD" in n or "Memcpy DtoH" in n or "cudaMemcpy " in n]
     assert not copies, f"device<->host copies inside the step loop: {sorted(set(copies))}"
     prof.export_chrome_trace("/tmp/gprl_brax_step_trace.json")
+
+
+@pytest.mark.gpu
+def test_gpu_import_waits_for_the_torch_work_that_wrote_the_tensor() -> None:
+    """The import orders JAX's read after torch's pending work by an event: JAX must read what torch writes
+    after ~0.5 s of queued GPU sleep, not the zeros there when the import is made, on torch's default stream
+    and on a side stream."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    env = genvs.make("inverted_pendulum", backend="brax", num_envs=4, device="cuda")
+    assert env._import is not None
+    n = 1 << 20
+    total = env._jax.jit(env._jax.numpy.sum)
+    total(env._jax.numpy.zeros(n)).block_until_ready()  # compiled before the timed part
+    for stream in (torch.cuda.default_stream(), torch.cuda.Stream()):
+        with torch.cuda.stream(stream):
+            x = torch.zeros(n, device="cuda")
+            torch.cuda.synchronize()
+            torch.cuda._sleep(1_000_000_000)  # ~0.5 s of GPU clock cycles ahead of the write
+            x.fill_(1.0)
+            assert float(total(env.to_jax(x))) == n, f"JAX read x before torch wrote it ({stream})"
 
 
 @pytest.mark.gpu
