@@ -74,13 +74,12 @@ def main() -> None:
     bank = [torch.rand(n, env.act_dim, device="cuda", generator=gen) * 2 - 1 for _ in range(BANK)]
     jbank = [env.to_jax(b) for b in bank]
     ready_stream = env.jax_device.get_stream_for_external_ready_events()
+    from jax._src.lib import _jax  # private API: the unordered import only, a diagnostic
 
     def public_import(t):
         return jax.dlpack.from_dlpack(t.contiguous())
 
-    def unordered_import(t):  # jaxlib's import (private API) told nothing is pending: no stream ordering
-        from jax._src.lib import _jax
-
+    def unordered_import(t):  # jaxlib's import told nothing is pending: no stream ordering
         return _jax.dlpack_managed_tensor_to_buffer(torch.utils.dlpack.to_dlpack(t), env.jax_device, None, None, 2)
 
     def sync_import(t):
