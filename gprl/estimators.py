@@ -34,6 +34,14 @@ try:
 except ImportError as err:  # an optional extra
     raise ImportError("gprl's SymbolicRegressor/SymbolicClassifier need scikit-learn and pandas: "
                       "pip install 'gprl[sr]'") from err
+try:
+    from sklearn.utils.validation import _check_feature_names, _check_n_features
+except ImportError:  # scikit-learn < 1.6 has them as BaseEstimator methods
+    def _check_feature_names(estimator, X, *, reset):
+        estimator._check_feature_names(X, reset=reset)
+
+    def _check_n_features(estimator, X, reset):
+        estimator._check_n_features(X, reset=reset)
 
 from . import functions as F
 from .algorithm import GeneticProgramming, _mix
@@ -104,17 +112,12 @@ class _SymbolicBase(BaseEstimator):
                 raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
 
     def _check_X(self, X, fitting: bool) -> np.ndarray:
+        """X as float64 [n, d]; names and counts set at fit and compared later, as scikit-learn does (a
+        ValueError for unseen, missing or reordered names, a warning when only one side has names)."""
+        _check_feature_names(self, X, reset=fitting)  # before the conversion drops a DataFrame's columns
         names = [str(c) for c in X.columns] if hasattr(X, "columns") else None
         X = check_features(X, "X", names)
-        if fitting:
-            self.n_features_in_ = X.shape[1]
-            if names is not None:
-                self.feature_names_in_ = np.asarray(names, dtype=object)
-            elif hasattr(self, "feature_names_in_"):
-                del self.feature_names_in_
-        elif X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
-                             f"{self.n_features_in_} features as input")
+        _check_n_features(self, X, reset=fitting)
         return X
 
     def _check_weight(self, sample_weight, n: int) -> np.ndarray | None:

@@ -198,3 +198,29 @@ def test_bad_input_raises_clear_errors(Est):
             est.fit(X, np.zeros(10))
     with pytest.raises(ValueError, match="population_size"):
         Est(population_size=0).fit(X, y)
+
+
+TINY = {"population_size": 20, "generations": 1, "random_state": 0}
+
+
+@pytest.mark.parametrize("Est", [gprl.SymbolicRegressor, gprl.SymbolicClassifier])
+def test_predict_checks_feature_names_like_sklearn(Est):
+    rng = np.random.default_rng(5)
+    X = pd.DataFrame(rng.normal(size=(30, 2)), columns=["a", "b"])
+    y = (X["a"] > X["b"]).astype(int)
+    est = Est(**TINY).fit(X, y)
+    methods = ["predict", "decision_function", "predict_proba"] if Est is gprl.SymbolicClassifier else ["predict"]
+    for method in methods:
+        fn = getattr(est, method)
+        with pytest.raises(ValueError, match="must be in the same order as they were in fit"):
+            fn(X[["b", "a"]])
+        with pytest.raises(ValueError, match="(?s)unseen at fit time:\n- c\n.*yet now missing:\n- b"):
+            fn(X.rename(columns={"b": "c"}))
+        with pytest.warns(UserWarning, match="does not have valid feature names"):
+            fn(X.to_numpy())
+    with pytest.raises(ValueError, match="same order"):
+        est.score(X[["b", "a"]], y)
+    plain = Est(**TINY).fit(X.to_numpy(), y)
+    assert not hasattr(plain, "feature_names_in_")
+    with pytest.warns(UserWarning, match="X has feature names, but .* was fitted without feature names"):
+        plain.predict(X)
