@@ -34,7 +34,7 @@ from .estimators import MODEL_SELECTIONS, pareto_scores, select_model
 from .model_export import export_model, front_equation
 from .objectives import CLASSIFICATION_METRICS, ClassificationObjective, RegressionObjective
 from .population import METRICS, Population
-from .tasks import TASKS, Task
+from .tasks import Task
 
 
 def load_dataset(cfg: dict[str, Any], task: str) -> datasets.SupervisedData:
@@ -305,5 +305,3 @@ class ClassificationTask(SupervisedTask):
     def _classes(self) -> list[Any]:
         return self.data.classes.tolist()
 
-
-TASKS.update({"sr": SRTask, "classification": ClassificationTask})

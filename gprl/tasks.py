@@ -9,6 +9,8 @@ classification) only implements this interface and registers itself in :data:`TA
 from __future__ import annotations
 
 import abc
+import importlib
+import importlib.util
 import json
 import math
 from typing import Any
@@ -246,7 +248,16 @@ class PolicyTask(Task):
         self.env.close()
 
 
-TASKS: dict[str, type[Task]] = {"policy": PolicyTask}
+# task name -> "module:class", imported on first use: a policy run needs none of the SR extra's packages
+TASKS: dict[str, str] = {"policy": "gprl.tasks:PolicyTask", "sr": "gprl.supervised:SRTask",
+                         "classification": "gprl.supervised:ClassificationTask"}
 
-# regression and classification register themselves (gprl/supervised.py subclasses Task from this module)
-from . import supervised as _supervised  # noqa: F401
+
+def task_class(name: str) -> type[Task]:
+    """The :class:`Task` registered as ``name`` (``task.name`` in the configuration)."""
+    if name not in TASKS:
+        raise ValueError(f"task.name: unknown task {name!r}; choose one of {sorted(TASKS)}")
+    module, cls = TASKS[name].split(":")
+    if name != "policy" and not all(importlib.util.find_spec(m) for m in ("sklearn", "pandas")):
+        raise ImportError(f'task={name} needs scikit-learn and pandas: pip install -e ".[sr]"')
+    return getattr(importlib.import_module(module), cls)

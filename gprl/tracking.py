@@ -1,4 +1,4 @@
-"""Experiment tracking with Weights & Biases (optional: ``pip install -e ".[train]"``).
+"""What a run reports: the start banner, the learning curve (``curve.png``) and Weights & Biases tracking.
 
 ``Tracker(mode="disabled")`` never imports wandb. ``offline`` writes the run under ``<dir>/wandb`` for a later
 ``wandb sync``; ``online`` streams it.
@@ -6,11 +6,68 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from typing import Any
 
 MODES = ("online", "offline", "disabled")
+
+
+def banner(cfg: dict[str, Any], device: str, run_dir: str, resumed_at: int | None = None) -> str:
+    """Two lines saying what the run is about to do (task, backend, device, sizes, budget, where it writes)."""
+    gp, task = cfg["gp"], cfg["task"]["name"]
+    if task == "policy":
+        env = cfg["env"]
+        sched, n = env.get("episode_schedule") or {}, env.get("episodes", 1)
+        length = (f"episode length {sched['start']} -> {env['episode_length']} steps over "
+                  f"{sched['ramp_generations']} generations" if sched else f"episode length {env['episode_length']}")
+        what = (f"task policy ({env['name']}), backend {env['backend']} on {device}, population "
+                f"{gp['population_size']}, {n} episode{'s' if n != 1 else ''} per tree, {length}")
+    else:
+        data = cfg.get("dataset") or {}
+        what = f"task {task} ({data.get('name') or data.get('path')}) on {device}, population {gp['population_size']}"
+    stops = [f"{gp['generations']} generations" if gp.get("generations") else "",
+             f"{gp['time_limit']:g} s" if gp.get("time_limit") else ""]
+    start = f", resuming at generation {resumed_at}" if resumed_at is not None else ""
+    return (f"gprl: {what}\n"
+            f"gprl: budget {' or '.join(s for s in stops if s)}{start}; run directory {run_dir}; "
+            f"W&B {(cfg.get('wandb') or {}).get('mode', 'offline')}")
+
+
+def plot_curve(rows: Sequence[dict[str, Any]], path: str, score: str = "return", title: str = "") -> str | None:
+    """Best and mean score per generation against wall-clock seconds, as a PNG; None without rows."""
+    points = [(r["elapsed_s"], r.get(f"best_{score}"), r.get(f"mean_{score}"), r.get("best_so_far"))
+              for r in rows if "elapsed_s" in r]
+    if not points:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    t = [p[0] for p in points]
+
+    def finite(i: int) -> list[float]:
+        return [v if isinstance(v, (int, float)) and math.isfinite(v) else math.nan for v in (p[i] for p in points)]
+
+    fig, ax = plt.subplots(figsize=(6.4, 4), dpi=100)
+    ax.plot(t, finite(1), label=f"best {score}", marker="." if len(t) < 30 else None)
+    ax.plot(t, finite(2), label=f"mean {score}", alpha=0.7)
+    ax.plot(t, finite(3), label="best so far", color="k", linestyle="--", linewidth=1)
+    if score == "loss" and all(v > 0 for v in finite(1) + finite(2) + finite(3) if math.isfinite(v)):
+        ax.set_yscale("log")
+    ax.set_xlabel("wall-clock (s)")
+    ax.set_ylabel(score)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    tmp = f"{path}.tmp.png"
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, path)  # a reader never sees half a PNG
+    return path
 
 
 class Tracker:
@@ -63,6 +120,10 @@ class Tracker:
             if os.path.exists(p):
                 art.add_file(p)
         self.run.log_artifact(art)
+
+    def log_image(self, path: str, key: str, step: int) -> None:
+        if self.run is not None and os.path.exists(path):
+            self.run.log({key: self._wandb.Image(path)}, step=step)
 
     def log_video(self, path: str, key: str = "replay") -> None:
         if self.run is not None and os.path.exists(path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,8 @@ from .checkpoint import (
     set_rng_states,
 )
 from .population import Population
-from .tasks import TASKS, Task
-from .tracking import Tracker
+from .tasks import Task, task_class
+from .tracking import Tracker, banner, plot_curve
 
 TIMING_KEYS = ("elapsed_s", "generation_s", "env_steps_per_s")  # the only fields that differ between equal runs
 
@@ -51,6 +52,11 @@ def resolve_backend(env_cfg: dict[str, Any]) -> str:
     return envs._auto_backend(env_cfg["name"]) if backend == "auto" else backend
 
 
+def cuda_visible() -> bool:
+    """Whether this machine has an NVIDIA GPU, even where this torch or JAX build cannot use it."""
+    return torch.cuda.is_available() or os.path.exists("/dev/nvidiactl")
+
+
 def uses_env(cfg: dict[str, Any]) -> bool:
     """Whether the configured task runs an environment (policies; not regression/classification)."""
     return (cfg.get("task") or {}).get("name", "policy") == "policy"
@@ -64,6 +70,10 @@ def apply_backend_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
     if not env_cfg.get("name"):
         raise ValueError("task=policy needs an environment: pass env=<name> (configs/env/, e.g. env=hopper)")
     backend = resolve_backend(env_cfg)
+    if env_cfg.get("backend", "auto") == "auto" and backend in ("mujoco", "gymnasium") and cuda_visible():
+        print(f"gprl: warning: a CUDA GPU is visible but env.backend=auto resolved to {backend} on the CPU "
+              "(no JAX with CUDA); for Brax on the GPU install CUDA torch and pip install -e \".[gpu]\"",
+              file=sys.stderr)
     env_cfg["backend"] = backend
     defaults = (env_cfg.get("per_backend") or {}).get(backend) or {}
     for section in ("gp", "env", "task"):
@@ -74,11 +84,9 @@ def apply_backend_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def make_task(cfg: dict[str, Any], dist: distributed.Dist | None = None) -> Task:
-    kind = cfg["task"]["name"]
-    if kind not in TASKS:
-        raise ValueError(f"task.name: unknown task {kind!r}; choose one of {sorted(TASKS)}")
+    cls = task_class(cfg["task"]["name"])
     dist = dist or distributed.Dist()
-    task = TASKS[kind].from_config(cfg, dist.task_device(cfg.get("device", "auto")), dist)
+    task = cls.from_config(cfg, dist.task_device(cfg.get("device", "auto")), dist)
     try:
         dist.check_task_device(torch.device(task.device))
     except ValueError:
@@ -181,6 +189,8 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
 
                 name = "config.yaml" if state is None else "config_resume.yaml"
                 OmegaConf.save(OmegaConf.create(cfg), run_dir / name)
+                print(banner(cfg, str(task.device), str(run_dir), None if state is None else int(state["generation"])),
+                      flush=True)
     except BaseException:
         if task is not None:
             task.close()
@@ -318,6 +328,12 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
         task.close()
         dist.close()
         return summary
+    rows = [json.loads(ln) for ln in metrics_path.read_text().splitlines() if ln.strip()]
+    problem = cfg["env"]["name"] if uses_env(cfg) else cfg["dataset"].get("name") or cfg["task"]["name"]
+    curve = plot_curve(rows, str(run_dir / "curve.png"), task.score_name, title=f"{problem}, seed {seed}")
+    if curve:
+        summary["files"]["curve"] = "curve.png"
+        tracker.log_image(curve, "curve", step=max(g - 1, 0))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     headline = ("validation_return",) if task.maximize else ("test_loss", "test_accuracy", "test_r2")
     tracker.log_formula(result.get("formulas", {}), step=g - 1, **{k: result[k] for k in headline if k in result})
