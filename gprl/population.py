@@ -24,8 +24,9 @@ nodes is an ordinary single-output expression.
 from __future__ import annotations
 
 import os
+import pickle
 import re
-import tempfile
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -323,12 +324,28 @@ class Population:
 
     @classmethod
     def load(cls, path: str | os.PathLike, device=None) -> Population:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        """Reads a file written by :meth:`save`; a damaged or foreign file raises ValueError naming it."""
+        with open(path, "rb") as f:  # a missing or unreadable file: the OS error names the path
+            try:
+                state = torch.load(f, map_location="cpu", weights_only=True)
+            except Exception as err:  # noqa: BLE001 - any failure reading an open file is about its content
+                # from None: torch's message advises weights_only=False, unsafe for a file that is not ours
+                raise ValueError(f"cannot load population file {os.fspath(path)}: {_load_cause(err)}") from None
         if not isinstance(state, dict) or state.get("format") != "gprl.population":
-            raise ValueError(f"{path} is not a gprl population file")
-        pop = cls(state["kind"], state["code"], state["out"], state["value"], state["size"],
-                  n_in=int(state["n_in"]), n_out=int(state["n_out"]))
-        pop.check()
+            raise ValueError(f"{os.fspath(path)} is not a gprl population file")
+        try:
+            if state.get("version") != 1:
+                raise ValueError(f"format version {state.get('version')!r} is not 1 (a newer gprl wrote it?)")
+            missing = [k for k in _STATE_KEYS if k not in state]
+            if missing:
+                raise ValueError(f"it lacks the entries {missing}")
+            for k in ("n_in", "n_out"):
+                if isinstance(state[k], bool) or not isinstance(state[k], int):
+                    raise TypeError(f"{k} is {state[k]!r}, not an int")
+            pop = cls(*(state[k] for k in _STATE_KEYS[:5]), n_in=state["n_in"], n_out=state["n_out"])
+            pop.check()
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"population file {os.fspath(path)}: {err}") from None
         return pop.to(device) if device is not None else pop
 
     # ---- symbolic form ----
@@ -407,11 +424,22 @@ class Population:
 
 # ---- helpers ----
 def atomic_torch_save(obj, path: str | os.PathLike) -> None:
-    """torch.save to a temporary file in the same folder, then an atomic rename."""
+    """torch.save to a temporary file in the same folder, then an atomic rename.
+
+    The temporary file is created with mode 0o666 like any new file, so the umask applies (mkstemp would
+    force 0o600).
+    """
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".pt")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        tmp = os.path.join(folder, f".tmp-{secrets.token_hex(8)}.pt")
+        try:
+            fd = os.open(tmp, flags, 0o666)
+            break
+        except FileExistsError:
+            continue
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(obj, f)
@@ -422,6 +450,19 @@ def atomic_torch_save(obj, path: str | os.PathLike) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+_STATE_KEYS = ("kind", "code", "out", "value", "size", "n_in", "n_out")
+
+
+def _load_cause(err: Exception) -> str:
+    """A short reason for a failed torch.load, without torch's advice to load unsafely."""
+    if isinstance(err, EOFError):
+        return "the file is empty or cut short"
+    if isinstance(err, pickle.UnpicklingError):
+        return "it holds objects other than tensors and plain data (not a gprl file, or damaged)"
+    first = str(err).split(". ")[0].strip()[:200]
+    return f"the file is damaged or not a torch file ({type(err).__name__}: {first})"
 
 
 def _check_int(name: str, v, low: int) -> None:

@@ -1,5 +1,7 @@
 """Population API: construction, structure, indexing, persistence, op registration and bad input."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -125,6 +127,48 @@ def test_save_load_roundtrip(tmp_path):
     torch.save({"x": 1}, tmp_path / "other.pt")
     with pytest.raises(ValueError, match="not a gprl population"):
         Population.load(tmp_path / "other.pt")
+
+
+class _NotData:
+    pass
+
+
+def test_load_of_a_damaged_file_names_the_file_and_the_cause(tmp_path):
+    good = tmp_path / "good.pt"
+    Population.random(20, 3, seed=0).save(good)
+    data = good.read_bytes()
+    state = {k: v for k, v in torch.load(good, weights_only=True).items()}
+    files = {"empty": b"", "truncated": data[: len(data) // 2], "text": b"not a checkpoint\n" * 20}
+    for name, content in files.items():
+        (tmp_path / f"{name}.pt").write_bytes(content)
+    torch.save({"format": "gprl.population", "obj": _NotData()}, tmp_path / "object.pt")
+    torch.save({**state, "kind": state["kind"].float()}, tmp_path / "dtype.pt")
+    torch.save({k: v for k, v in state.items() if k != "size"}, tmp_path / "missing.pt")
+    torch.save({**state, "version": 99}, tmp_path / "newer.pt")
+    causes = {"empty": "empty", "truncated": "damaged", "text": "damaged", "object": "objects other than",
+              "dtype": "uint8", "missing": "size", "newer": "version 99"}
+    for name, cause in causes.items():
+        path = tmp_path / f"{name}.pt"
+        with pytest.raises(ValueError) as err:
+            Population.load(path)
+        msg = str(err.value)
+        assert str(path) in msg and cause in msg, msg
+        assert err.value.__cause__ is None and err.value.__suppress_context__, "torch's advice stays out"
+        assert "weights_only" not in msg
+    with pytest.raises(FileNotFoundError, match="absent.pt"):
+        Population.load(tmp_path / "absent.pt")
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+def test_saved_files_respect_the_umask(tmp_path):
+    pop, path = Population.random(3, 2, seed=0), tmp_path / "pop.pt"
+    for umask, mode in ((0o022, 0o644), (0o027, 0o640), (0o002, 0o664)):  # the same path: a replaced file too
+        old = os.umask(umask)
+        try:
+            pop.save(path)
+        finally:
+            os.umask(old)
+        assert oct(path.stat().st_mode & 0o777) == oct(mode)
 
 
 def test_forward_without_finiteness_check_passes_nan_through():
