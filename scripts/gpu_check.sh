@@ -1,13 +1,34 @@
 #!/usr/bin/env bash
-# On the lent GPU machine (offline; torch, JAX and nvcc preinstalled): install the simulator wheels from
-# .whl/ (see ../shared/GPU.md), build the kernels, run every GPU test and the benchmarks. Logs go to $OUT
-# (default ./gpu_out; at most 8 files come back from the lent machine). Usage: bash scripts/gpu_check.sh [pytest paths...]
+# GPU check: install gprl, build the CUDA kernels, run the GPU tests, compute-sanitizer and the GPU benchmarks.
+#
+# Usage: bash scripts/gpu_check.sh [--wheels DIR] [--out DIR] [pytest paths...]
+#   --wheels DIR  folder of wheels (the simulators: brax, mujoco, ...) to install without network access into
+#                 /tmp/site, put on PYTHONPATH (env WHEELS; default .whl/ when it holds any wheel)
+#   --out DIR     output folder (env OUT; default ./gpu_out)
+#   pytest paths  what `pytest -m gpu` runs (default: tests)
+# Needs python3 with CUDA torch, nvcc and compute-sanitizer (JAX with CUDA for the Brax benchmark); run it from
+# the repository root. Environment: TORCH_CUDA_ARCH_LIST (default 9.0, Hopper), GPRL_CACHE (kernel cache,
+# default .gprl_cache/ in the checkout), SKIP_SANITIZER=1 (no compute-sanitizer).
+# Writes to the output folder: build.log (install, device, kernel build time, sanitizer summaries),
+# gpu_tests.log, bench_eval_cuda.json (scripts/bench_eval.py), bench_variation_cuda.json
+# (scripts/bench_variation.py), bench_envs_brax.json (scripts/bench_envs.py --backends brax), bench.err
+# (the benchmarks' stderr) and gprl_brax_step_trace.json when the Brax benchmark left one; prints a summary.
 set -uo pipefail
-OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
+OUT=${OUT:-gpu_out}; WHEELS=${WHEELS:-.whl}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) OUT=${2:?--out needs a folder}; shift 2 ;;
+    --out=*) OUT=${1#--out=}; shift ;;
+    --wheels) WHEELS=${2:?--wheels needs a folder}; shift 2 ;;
+    --wheels=*) WHEELS=${1#--wheels=}; shift ;;
+    *) break ;;
+  esac
+done
+mkdir -p "$OUT"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE:-$PWD/.gprl_cache}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >"$OUT/build.log" 2>&1
+if compgen -G "$WHEELS/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$WHEELS"/*.whl >"$OUT/build.log" 2>&1
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$OUT/build.log" 2>&1

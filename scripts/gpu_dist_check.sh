@@ -1,28 +1,49 @@
 #!/usr/bin/env bash
-# On a lent machine with several GPUs (offline): Brax hopper, gp.population_size=20000, one process on one GPU
-# against `torchrun --nproc_per_node=K` on K GPUs (K = 2, and 4 where there are 4), same seed. Each run does a
+# Multi-GPU scaling of one search: `train.py env=hopper` (Brax, gp.population_size=20000) in one process on one
+# GPU against `torchrun --nproc_per_node=K` on K GPUs (K = 2, and 4 where there are 4), same seed. Each run does a
 # warm-up generation (JAX compilation) and MEASURED more; a generation's time is the wall clock between the
 # ends of consecutive evaluations (variation, broadcast and evaluation: everything of a generation). Prints
 # one JSON line (per-generation times, medians, speed-up over one GPU, and whether the K-GPU run ended with
-# the one-GPU run's population and returns: expected only where Brax's XLA code gives the same bits for a
-# shard of the batch as for the whole batch) and writes it to $OUT/result.json, with report.txt,
-# train_k<K>.log and metrics_k<K>.jsonl (<= 8 files). About 2 minutes a run plus the kernel build.
-# Usage: [MEASURED=3] [LENGTH=300] [KS="2 4"] [POP=20000] bash scripts/gpu_dist_check.sh [extra Hydra overrides]
-# Wheels: as scripts/gpu_train_check.sh (.whl/ with the simulator set and hydra-core, omegaconf, antlr4, tqdm).
+# the one-GPU run's population and returns: expected only where the simulator gives the same bits for a
+# shard of the batch as for the whole batch) and writes it to OUT/result.json, with report.txt (install,
+# devices, kernel build, run times), train_k<K>.log and metrics_k<K>.jsonl. About 2 minutes a run plus the
+# kernel build.
+#
+# Usage: [MEASURED=3] [LENGTH=300] [KS="2 4"] [POP=20000] [BACKEND=brax] [DEVICE=cuda] \
+#          bash scripts/gpu_dist_check.sh [--wheels DIR] [--out DIR] [extra Hydra overrides]
+#   --wheels DIR  folder of wheels to install without network access into /tmp/site, put on PYTHONPATH (env
+#                 WHEELS; default .whl/ when it holds any wheel): the simulators and the training app's
+#                 dependencies (hydra-core, omegaconf, antlr4-python3-runtime, tqdm; see gpu_train_check.sh)
+#   --out DIR     output folder (env OUT; default ./gpu_out); the full run directories go to RUNS
+#                 (default /tmp/gprl_dist_runs)
+# Environment: NGPU (default: the GPUs nvidia-smi lists), NO_INSTALL=1 (use the installed gprl and packages),
+# TORCH_CUDA_ARCH_LIST (default 9.0), GPRL_CACHE (default .gprl_cache/ in the checkout).
+# NVLink multicast (NVLS) is off for NCCL and torch's symmetric memory, as in the runs of results/README.md;
+# drop the export of NCCL_NVLS_ENABLE etc. below to let NCCL use it.
 # Dry run of the script's logic on a CPU machine (gloo, no install):
 #   NO_INSTALL=1 NGPU=2 BACKEND=mujoco DEVICE=cpu POP=40 LENGTH=50 bash scripts/gpu_dist_check.sh
 set -uo pipefail
-OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
+OUT=${OUT:-gpu_out}; WHEELS=${WHEELS:-.whl}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) OUT=${2:?--out needs a folder}; shift 2 ;;
+    --out=*) OUT=${1#--out=}; shift ;;
+    --wheels) WHEELS=${2:?--wheels needs a folder}; shift 2 ;;
+    --wheels=*) WHEELS=${1#--wheels=}; shift ;;
+    *) break ;;
+  esac
+done
+mkdir -p "$OUT"
 MEASURED=${MEASURED:-3}; LENGTH=${LENGTH:-300}; POP=${POP:-20000}
-RUNS=${RUNS:-/tmp/gprl_dist_runs}  # outside $OUT: only the files listed above come back
+RUNS=${RUNS:-/tmp/gprl_dist_runs}  # the full run directories (checkpoints included), outside OUT
 rm -rf "$RUNS"; mkdir -p "$RUNS"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE:-$PWD/.gprl_cache}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false WANDB_MODE=disabled
-# NVLink multicast stays off on the shared machines (KINDS.md)
+# NVLink multicast off (see the header)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 BACKEND=${BACKEND:-brax}; DEVICE=${DEVICE:-cuda}
-if [ -z "${NO_INSTALL:-}" ] && compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >"$OUT/report.txt" 2>&1
+if [ -z "${NO_INSTALL:-}" ] && compgen -G "$WHEELS/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$WHEELS"/*.whl >"$OUT/report.txt" 2>&1
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 [ -z "${NO_INSTALL:-}" ] && python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$OUT/report.txt" 2>&1
@@ -30,7 +51,7 @@ nvidia-smi -L 2>&1 | tee -a "$OUT/report.txt"
 NGPU=${NGPU:-$(nvidia-smi -L | grep -c '^GPU')}
 KS=${KS:-$( [ "$NGPU" -ge 4 ] && echo "2 4" || echo "2" )}
 python3 -c "import hydra, omegaconf, tqdm, $BACKEND" 2>>"$OUT/report.txt" || {
-  echo "missing hydra-core/omegaconf/tqdm/brax: add their wheels to .whl/ (see scripts/gpu_train_check.sh)" | tee -a "$OUT/report.txt"
+  echo "missing hydra-core/omegaconf/tqdm/$BACKEND: install them or put their wheels in $WHEELS (see scripts/gpu_train_check.sh)" | tee -a "$OUT/report.txt"
   exit 1; }
 start=$(date +%s)
 python3 -c "import gprl.ops, gprl._build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/report.txt"

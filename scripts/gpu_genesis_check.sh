@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
-# Genesis on the lent (offline) GPU machine. Its Python stack is ~290 MB of wheels, over the 64 MiB a call may
-# carry, so it travels in two calls to one warm machine, as an xz tarball split in two:
+# Genesis on a GPU machine without network access: the Genesis GPU test and scripts/bench_envs.py
+# --backends genesis (and, on request, scripts/profile_genesis_step.py).
 #
-#   bash scripts/gpu_genesis_check.sh pack            # here (registries, apt): .gsa/ and .gsb/, ~59 + ~53 MB
-#   bash scripts/gpu_genesis_check.sh stash           # device call 1, carry .gsa: keeps part 1 in /tmp
-#   bash scripts/gpu_genesis_check.sh run [sizes...]  # device call 2 within 30 s, carry .gsb: unpacks, runs
-#                                                     # the Genesis GPU test and bench_envs.py (logs in $OUT)
+#   bash scripts/gpu_genesis_check.sh pack                          # with network access: pack Genesis' stack
+#   bash scripts/gpu_genesis_check.sh stash                         # optional, on the GPU machine
+#   bash scripts/gpu_genesis_check.sh run [--out DIR] [sizes...]    # on the GPU machine: unpack, test, benchmark
 #
-# `run` reads SKIP_TESTS=1 (no GPU test), PROFILE_SIZES="1024 ..." (scripts/profile_genesis_step.py at those
-# sizes, before the benchmark; PROFILE_ARGS: its further options), SKIP_BENCH=1 (no benchmark), BENCH_ARGS
-# (bench_envs.py's further options) and BENCH_TIMEOUT (seconds, default 400).
+# `pack` downloads genesis-world 1.4.5 and its dependencies as CPython 3.12 manylinux wheels (~290 MB), unpacks
+# them into one site tree and writes it as an xz tarball (~106 MB) in two parts of at most 56 MB: .gsa/ (part
+# aa) and .gsb/ (part ab, with the GL loader libraries, as Debian packages, that Genesis' imports need and a
+# minimal CUDA image may lack). It leaves out gs_madrona (Genesis imports it only if present) and the example
+# assets our tasks do not load (meshes, MJCF models, robots other than go2; the ground plane is kept).
+# `stash` copies .gsa/ to /tmp/gs_stash/, where `run` also looks for part aa (for when .gsa/ and .gsb/ reach the
+# machine one after the other).
+# `run` unpacks the parts (.gsa/ or /tmp/gs_stash/, and .gsb/) into /tmp/site once and puts it on PYTHONPATH,
+# installs the GL libraries and gprl (editable, no network), imports pyglet headless, then runs
+# `pytest -m gpu tests/test_envs_genesis.py` and bench_envs.py at the given sizes (default: bench_envs.py's).
+# Output folder (--out DIR or env OUT; default ./gpu_out): build.log, gpu_tests_genesis.log,
+# bench_envs_genesis.json, bench_genesis.err, profile_genesis_step_<N>.json/.err and qdcache.tar.xz.
+# Environment for `run`: SKIP_TESTS=1 (no GPU test), PROFILE_SIZES="1024 ..." (scripts/profile_genesis_step.py
+# at those sizes, before the benchmark; PROFILE_ARGS: its further options), SKIP_BENCH=1 (no benchmark),
+# BENCH_ARGS (bench_envs.py's further options), BENCH_TIMEOUT (seconds, default 400).
 #
-# Most of a fresh machine's first Genesis scene goes into compiling Genesis' kernels (4.5-5.5 min on the H100;
-# 2 of the 2.4 min a CPU build takes here). `run` leaves that compile cache in $OUT (qdcache.tar.xz, ~1 MB
-# here); put it in .gsc/ and carry .gsc with .gsb, and the next fresh machine's `run` starts from it.
-#
-# `pack` leaves out gs_madrona (Genesis imports it only if present) and the example assets our tasks do not
-# load (meshes, MJCF models, robots other than go2, the ground plane kept), and adds the GL loader libraries
-# (Debian packages) that Genesis' imports need and the GPU machine lacks; `run` imports pyglet headless.
+# Most of a fresh machine's first Genesis scene goes into compiling Genesis' kernels (4.5-5.5 min on an H100).
+# `run` leaves that compile cache in the output folder (qdcache.tar.xz, ~1 MB); put it in .gsc/ and the next
+# `run` on a fresh machine starts from it.
 set -uo pipefail
 PY=3.12
 WHEELS="genesis-world==1.4.5 quadrants==1.3.3 mujoco==3.17.0 DracoPy OpenEXR PyGEL3D PyOpenGL av coacd
@@ -55,10 +62,23 @@ case "${1:-}" in
     ;;
   run)
     shift
-    OUT=${OUT:-gpu_out}; mkdir -p "$OUT" /tmp/site
+    OUT=${OUT:-gpu_out}
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --out) OUT=${2:?--out needs a folder}; shift 2 ;;
+        --out=*) OUT=${1#--out=}; shift ;;
+        *) break ;;
+      esac
+    done
+    mkdir -p "$OUT" /tmp/site
     export PYTHONUNBUFFERED=1 GPRL_CACHE=${GPRL_CACHE:-$PWD/.gprl_cache}
     if [ ! -f /tmp/site/.unpacked ]; then
-      cat /tmp/gs_stash/site.tar.xz.part-* .gsb/site.tar.xz.part-* | xz -d | tar -C /tmp/site -xf - \
+      declare -A part=()  # part name -> file; .gsa/ and /tmp/gs_stash/ hold the same part aa
+      for f in /tmp/gs_stash/site.tar.xz.part-* .gsa/site.tar.xz.part-* .gsb/site.tar.xz.part-*; do
+        [ -f "$f" ] && part[$(basename "$f")]=$f
+      done
+      [ ${#part[@]} -gt 0 ] || { echo "no packed Genesis stack in .gsa/, /tmp/gs_stash/ or .gsb/: run 'pack' first"; exit 1; }
+      for name in $(printf '%s\n' "${!part[@]}" | sort); do cat "${part[$name]}"; done | xz -d | tar -C /tmp/site -xf - \
         && touch /tmp/site/.unpacked || { echo "unpack failed"; exit 1; }
     fi
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYGLET_HEADLESS=1 PYOPENGL_PLATFORM=egl
@@ -98,6 +118,6 @@ for line in sys.stdin:
     fi
     ;;
   *)
-    echo "usage: $0 pack | stash | run [sizes...]" >&2; exit 2
+    echo "usage: $0 pack | stash | run [--out DIR] [sizes...]" >&2; exit 2
     ;;
 esac

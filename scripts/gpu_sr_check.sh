@@ -1,11 +1,25 @@
 #!/usr/bin/env bash
-# On the lent GPU (offline; python3 + CUDA torch + scikit-learn preinstalled, gprl installed), from the repo
-# root: the H100 "must show" items for symbolic regression/classification (Feynman I.9.18 MSE and
-# wall clock at 100,000 rows; held-out accuracy on breast_cancer and wine). Writes JSON and logs to $OUT
-# (default ./gpu_out); about 6 minutes including the one-time kernel build. Extra arguments go to sr_check.py, e.g.
-#   bash scripts/gpu_sr_check.sh --cls-ensemble 10 --cls-options '{"validation_fraction": 0.2}' --seeds 20 --first-seed 30
+# Symbolic regression and classification on a GPU (scripts/sr_check.py): Feynman I.9.18 test MSE and wall clock
+# at 100,000 training rows; held-out accuracy on breast_cancer and wine over several splits.
+#
+# Usage: bash scripts/gpu_sr_check.sh [--out DIR] [sr_check.py options...]
+#   --out DIR   output folder (env OUT; default ./gpu_out): sr_build.log (device, kernel build time),
+#               sr_check.log and sr_check.json
+#   e.g. bash scripts/gpu_sr_check.sh --cls-ensemble 10 --cls-options '{"validation_fraction": 0.2}' --seeds 20 --first-seed 30
+# Run it from the repository root with python3, CUDA torch and scikit-learn installed (gprl importable from
+# the checkout). About 6 minutes with the defaults, the one-time kernel build included;
+# sr_check.py is stopped after 420 s. Environment: TORCH_CUDA_ARCH_LIST (default 9.0), GPRL_CACHE
+# (default .gprl_cache/ in the checkout).
 set -uo pipefail
-OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
+OUT=${OUT:-gpu_out}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) OUT=${2:?--out needs a folder}; shift 2 ;;
+    --out=*) OUT=${1#--out=}; shift ;;
+    *) break ;;
+  esac
+done
+mkdir -p "$OUT"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE:-$PWD/.gprl_cache} PYTHONUNBUFFERED=1
 nvidia-smi -L | tee "$OUT/sr_build.log"
 start=$(date +%s)

@@ -1,12 +1,28 @@
 #!/usr/bin/env bash
-# Evaluation strategies on the lent GPU machine (offline; torch and nvcc preinstalled): build the kernels,
-# run the GPU tests (tests/test_core_gpu.py: every strategy against the CPU), calibrate the strategy cost
-# model from scratch (timed), time every strategy against the automatic choice (bench_eval --strategies for
-# fitness and forward), the default SR-fitness benchmark (the peak throughput: the strategies only
-# pick launches, so it must not drop) and compute-sanitizer memcheck of every strategy (scripts/sanitize_eval.py).
-# About 4 minutes on an H100, build included. Logs go to $OUT (default ./gpu_out; 8 files). Usage: bash scripts/gpu_strat_check.sh
+# Evaluation strategies on a GPU: build the kernels, calibrate the strategy cost model from an empty cache
+# (timed), run the GPU tests (tests/test_core_gpu.py: every strategy against the CPU) and the CPU-side strategy
+# and op-check tests, time every strategy against the automatic choice (bench_eval.py --strategies, for fitness
+# and forward), run the default SR-fitness benchmark (the peak throughput; compare results/README.md on the same
+# device) and compute-sanitizer memcheck of every strategy (scripts/sanitize_eval.py).
+#
+# Usage: bash scripts/gpu_strat_check.sh [--out DIR]
+#   --out DIR  output folder (env OUT; default ./gpu_out): build.log (device, build and calibration times),
+#              calibration.json (the cost model's tables), gpu_tests.log, bench_strategies.json,
+#              bench_forward.json, bench_default.json, bench.err and sanitizer.log
+# Needs python3 with CUDA torch, nvcc and compute-sanitizer; runs gprl from the checkout (PYTHONPATH), not an
+# installed copy. About 4 minutes on an H100, build included. Environment: DEADLINE_S (default 560: the whole
+# script's time budget; later steps get what is left), SKIP_SANITIZER=1, TORCH_CUDA_ARCH_LIST (default 9.0),
+# GPRL_CACHE (default /tmp/gprl_cache; its strategy/ tables are deleted first).
 set -uo pipefail
-OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
+OUT=${OUT:-gpu_out}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) OUT=${2:?--out needs a folder}; shift 2 ;;
+    --out=*) OUT=${1#--out=}; shift ;;
+    *) break ;;
+  esac
+done
+mkdir -p "$OUT"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE:-/tmp/gprl_cache}
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # the checkout, not an installed gprl
 deadline=$(( $(date +%s) + ${DEADLINE_S:-560} ))
@@ -23,7 +39,7 @@ python3 - <<'PY' 2>&1 | tee -a "$OUT/build.log"
 import time, warnings
 import torch
 from gprl import strategy
-warnings.simplefilter("error")  # a failed calibration must show here, not fall back quietly
+warnings.simplefilter("error")  # a failed calibration raises here instead of falling back quietly
 dev = torch.device("cuda", 0)
 for op in strategy.OP_STRATEGIES:
     t0 = time.perf_counter()
@@ -82,7 +98,7 @@ try:
     doc = json.loads((out / "bench_default.json").read_text())
     peak = max(doc["results"], key=lambda r: r["gpops"])
     print(f"\ndefault sr_fitness (built-in heuristic) on {doc['device']}: peak {peak['gpops']:.3g} GPops/s "
-          f"at P={peak['P']} D={peak['D']} (compare the README's table, same device)")
+          f"at P={peak['P']} D={peak['D']} (compare results/README.md, same device)")
 except Exception as e:
     print("bench_default.json unreadable:", e)
 print("\nbench stderr tail:\n" + "".join((out / "bench.err").read_text().splitlines(True)[-5:]))

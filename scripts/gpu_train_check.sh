@@ -1,42 +1,58 @@
 #!/usr/bin/env bash
-# On the lent GPU machine (offline): `python train.py env=hopper` on Brax with a wall-clock budget, then the
-# exported policy replayed on 10 fresh Brax episodes. Results go to $OUT (default ./gpu_out): train.log,
-# metrics.jsonl, curve.csv (wall clock vs best return), summary.json, policy.txt, replay.json, report.txt
-# (<= 8 files). Stays under 9 minutes: TIME_LIMIT (s of evolution, default 330) + build + JIT + replay.
-# Usage: [TIME_LIMIT=330] bash scripts/gpu_train_check.sh [extra Hydra overrides]
+# Policy search on a GPU: `python train.py env=hopper` on Brax with a wall-clock budget, then the exported
+# policy replayed on 10 fresh Brax episodes (scripts/replay.py).
+#
+# Usage: [TIME_LIMIT=330] bash scripts/gpu_train_check.sh [--wheels DIR] [--out DIR] [extra Hydra overrides]
 #   e.g. gp.population_size=8192  'env.episode_schedule={start: 100, ramp_generations: 20}'
 #        'env.kwargs={pipeline: spring}'  task.validation_episodes=64
-# The Brax defaults (configs/env/hopper.yaml, per_backend.brax) are 16,384 trees, episodes 100 -> 1,000 steps
-# over 30 generations, 480 s of evolution, validation filling the training batch; TIME_LIMIT=480 is the full
-# 600 s target run (needs the kernel cache warm: GPRL_CACHE defaults to .gprl_cache/ in the checkout, which survives
-# between calls on a warm machine, so build it first, e.g. with gpu_check.sh).
-#
-# Wheels (.whl/, see ../shared/GPU.md) must include, besides the simulator set, the training app's pure-Python
-# dependencies: hydra-core==1.3.8 omegaconf==2.3.1 pyyaml (cp312) tqdm and antlr4-python3-runtime==4.9.3
-# (sdist only on PyPI: build it with `python3 -m pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3`).
+#   --wheels DIR  folder of wheels to install without network access into /tmp/site, put on PYTHONPATH (env
+#                 WHEELS; default .whl/ when it holds any wheel). Besides the simulators (brax, mujoco, ...) it
+#                 needs the training app's pure-Python dependencies: hydra-core==1.3.8 omegaconf==2.3.1 pyyaml
+#                 tqdm and antlr4-python3-runtime==4.9.3 (an sdist on PyPI: build its wheel with
+#                 `python3 -m pip wheel --no-deps -w DIR antlr4-python3-runtime==4.9.3`).
+#   --out DIR     output folder (env OUT; default ./gpu_out)
+# Writes to the output folder: report.txt (install, device, kernel build, times, first time the best return
+# reached 1,209 / 1,524 / 1,722 (EvoGP's marks in results/README.md) / 2,000 / 2,700, validation and replay
+# returns), train.log, metrics.jsonl (copied every 15 s while training), curve.csv (wall clock vs best return),
+# summary.json, policy.txt and replay.json. The full run directory goes to RUN (default /tmp/gprl_gpu_run).
+# Takes TIME_LIMIT seconds of evolution (default 330) plus the kernel build, JAX compilation, validation,
+# export and replay. The Brax defaults (configs/env/hopper.yaml, per_backend.brax) are 16,384 trees, episodes
+# 100 -> 1,000 steps over 30 generations, 480 s of evolution, validation filling the training batch;
+# TIME_LIMIT=480 runs the config's own budget. The kernels build on first use into GPRL_CACHE (default
+# .gprl_cache/ in the checkout), so a machine that built them before (e.g. with gpu_check.sh) starts sooner.
 set -uo pipefail
-OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
+OUT=${OUT:-gpu_out}; WHEELS=${WHEELS:-.whl}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) OUT=${2:?--out needs a folder}; shift 2 ;;
+    --out=*) OUT=${1#--out=}; shift ;;
+    --wheels) WHEELS=${2:?--wheels needs a folder}; shift 2 ;;
+    --wheels=*) WHEELS=${1#--wheels=}; shift ;;
+    *) break ;;
+  esac
+done
+mkdir -p "$OUT"
 TIME_LIMIT=${TIME_LIMIT:-330}
-RUN=${RUN:-/tmp/gprl_gpu_run}  # outside $OUT: only the files listed above come back
+RUN=${RUN:-/tmp/gprl_gpu_run}  # the full run directory (checkpoints included), outside OUT
 rm -rf "$RUN"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE:-$PWD/.gprl_cache}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false WANDB_MODE=disabled
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >"$OUT/report.txt" 2>&1
+if compgen -G "$WHEELS/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$WHEELS"/*.whl >"$OUT/report.txt" 2>&1
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$OUT/report.txt" 2>&1
 nvidia-smi -L | tee -a "$OUT/report.txt"
 python3 -c "import hydra, omegaconf, tqdm" 2>>"$OUT/report.txt" || {
-  echo "missing hydra-core/omegaconf/tqdm: add their wheels to .whl/ (see the header of this script)" | tee -a "$OUT/report.txt"
+  echo "missing hydra-core/omegaconf/tqdm: install them or put their wheels in $WHEELS (see the header of this script)" | tee -a "$OUT/report.txt"
   exit 1; }
 start=$(date +%s)
 python3 -c "import gprl.ops, gprl._build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/report.txt"
 echo "kernel build seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/report.txt"
 
-# The clock of the 600 s target starts here: JAX compilation, evolution, validation and export included.
+# Wall clock from here: JAX compilation, evolution, validation and export included.
 t0=$(date +%s)
-# a copy of the metrics every 15 s, so a run cut short by the call's time limit still reports its curve
+# a copy of the metrics every 15 s, so a run stopped from outside still leaves its curve in OUT
 ( while sleep 15; do cp "$RUN/metrics.jsonl" "$OUT/metrics.jsonl" 2>/dev/null; done ) &
 copier=$!
 timeout $(( TIME_LIMIT + 150 )) python3 train.py env=hopper env.backend=brax wandb.mode=disabled progress=false \
