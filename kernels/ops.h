@@ -2,8 +2,8 @@
 // Python validates user input first (gprl/population.py); these checks guard direct torch.ops calls.
 //
 // Numbers in error messages go through std::to_string, never through an ostream (TORCH_CHECK streams its
-// arguments): a toolchain that links its own static libstdc++ into the extension (the lent GPU machine's
-// /opt/gcc wrapper does) has an uninitialised locale there, and streaming a number crashes in num_put.
+// arguments): a toolchain that links its own static libstdc++ into the extension (e.g. a compiler wrapper
+// under /opt/gcc) has an uninitialised locale there, and streaming a number crashes in num_put.
 // Messages made of strings only are safe.
 #pragma once
 #include <ATen/ATen.h>

@@ -20,8 +20,8 @@
     engine bounds length; GPops/s = G * P * mean_size * D / wall seconds (EvoGP's measure), final train and
     test MSE of the best-of-run tree (lowest training MSE).
 
-The CPU comparison the Speed issue asks for (gprl's CPU backend vs pyoperon, same cores: torch threads =
-pyoperon threads = --threads) is the "cpu_vs_pyoperon" part of the JSON.
+gprl's CPU backend against pyoperon on the same cores (torch threads = pyoperon threads = --threads) is the
+"cpu_vs_pyoperon" part of the JSON.
 
     python scripts/bench_compare.py --out results/compare_cpu.json --plot results/compare_cpu.png
     python scripts/bench_compare.py --engines gprl --device cuda --out gpu.json \

@@ -5,8 +5,8 @@ Random trees (ramped half-and-half), 8 inputs, {+, -, *, /, sin, cos, tan}; prin
     python scripts/bench_eval.py --device cpu --pop 100 1000 --rows 60 392
 
 --strategies (CUDA): per cell, every fixed evaluation strategy (gprl.strategy) and the automatic choice;
-reports the best fixed one, the auto choice and auto/best (target: <= 1.1 everywhere). --op forward does the
-same for predictions over the shared rows:
+reports the best fixed one, the auto choice and auto/best (1.0: auto is as fast as the best fixed strategy).
+--op forward does the same for predictions over the shared rows:
     python scripts/bench_eval.py --strategies
     python scripts/bench_eval.py --strategies --op forward --pop 1000 10000 --rows 64 4096
 """

@@ -12,8 +12,8 @@ that do not import):
 * ``raw_import`` / ``fused_import``: plus the action's import each step; ``raw_export`` / ``fused_export``:
   plus the observation's and the reward's (packed buffer's) export each step; ``fused_both``: both, i.e.
   ``ours`` without its checks, flag bookkeeping and views
-* ``public_import``: ``ours`` with the action imported through the public ``jax.dlpack.from_dlpack`` (as the
-  adapter did before it called jaxlib's own import, see ``envs/brax_env.py``)
+* ``public_import``: ``ours`` with the action imported through the public ``jax.dlpack.from_dlpack`` (the
+  adapter's fallback when jaxlib's own import is unavailable, see ``envs/brax_env.py``)
 * ``sync_import`` / ``sync_export`` / ``sync_both``: ``ours`` with the exchange ordered by the host instead of
   by stream events (torch's stream synchronised before the import; the export waits on the host)
 * ``raw_import_unordered``: ``raw_import`` without any stream ordering (timing only: the actions are ready

@@ -1,4 +1,4 @@
-"""Symbolic regression / classification check on a GPU (or any device): JSON with the issue's numbers.
+"""Symbolic regression / classification check on a GPU (or any device); writes one JSON document (--out).
 
 * Feynman I.9.18 with 100,000 training rows (+25,000 held out): MSE (train and test) of the chosen model
   against the EvoGP paper's 7.2e-4 at population 5,000, and the wall clock of the fit.
