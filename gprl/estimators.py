@@ -85,6 +85,17 @@ def select_model(complexity: np.ndarray, loss: np.ndarray, rule: str) -> int:
     return int(candidates[np.argmax(score[candidates])])
 
 
+def weighted_mean_std(a: np.ndarray, weight: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Column means and (population) standard deviations of ``a [n, d]``, weighted by ``weight [n]``:
+    integer weights give the statistics of repeated rows, zero weights those of absent rows."""
+    if weight is None:
+        return a.mean(axis=0), a.std(axis=0)
+    keep = weight > 0  # a zero-weighted huge value would still give 0 * inf = nan
+    a, weight = a[keep], weight[keep]
+    mean = np.average(a, axis=0, weights=weight)
+    return mean, np.sqrt(np.average((a - mean) ** 2, axis=0, weights=weight))
+
+
 class _SymbolicBase(BaseEstimator):
     """Shared fitting machinery; the subclasses define the parameters (sklearn reads them from __init__)."""
 
@@ -158,8 +169,7 @@ class _SymbolicBase(BaseEstimator):
                                  f"or validation with {n} samples; use None or another fraction")
             val_rows, rows = np.sort(perm[:n_val]), np.sort(perm[n_val:])
         if self.standardize:
-            self._mean = X[rows].mean(axis=0)
-            sd = X[rows].std(axis=0)
+            self._mean, sd = weighted_mean_std(X[rows], None if weight is None else weight[rows])
             self._scale = np.where(sd > 0, sd, 1.0)
         else:
             self._mean, self._scale = np.zeros(X.shape[1]), np.ones(X.shape[1])
