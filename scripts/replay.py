@@ -98,6 +98,22 @@ def write_video(path: str, frames, fps: int) -> None:
     print(f"video: {path} ({len(frames)} frames)")
 
 
+def check_render() -> None:
+    """Exits with one line naming the fix where this machine cannot render offscreen (no EGL or OSMesa)."""
+    gl = os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; must precede the first import of mujoco
+    try:
+        import mujoco
+
+        context = mujoco.GLContext(64, 64)
+        context.make_current()
+        context.free()
+    except Exception as err:  # noqa: BLE001 - any failure here means: no usable OpenGL
+        raise SystemExit(
+            f"replay: cannot render on this machine (MUJOCO_GL={gl}: {type(err).__name__}); install EGL "
+            "(apt-get install libegl1) or OSMesa (apt-get install libosmesa6, then MUJOCO_GL=osmesa), "
+            "or replay without --render") from None
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("policy", help="a run directory or an exported policy.py")
@@ -126,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
     if episodes < 1 or length < 1:
         raise SystemExit("replay: --episodes and --episode-length must be >= 1")
     if args.render:
-        os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; must precede the first import of mujoco
+        check_render()
     fn = replay_brax if backend == "brax" else replay_gymnasium
     returns = fn(policy, meta, episodes, seed, length, args.render)
     out = {"env": meta["env"], "backend": backend, "episodes": episodes, "seed": seed, "episode_length": length,

@@ -2,6 +2,7 @@
 none of the SR extra's packages."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -19,7 +20,8 @@ def test_policy_path_imports_without_the_sr_extra():
             "    task_class('sr')\n"
             "except ImportError as err:\n"
             "    print(err)\n")
-    out = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.strip().splitlines()
     assert lines[0] == "PolicyTask"
@@ -64,3 +66,23 @@ def test_gpu_visible_but_cpu_backend_names_the_extra(monkeypatch, capsys):
     cfg = {"env": {"name": "hopper", "backend": "mujoco"}, "gp": {}, "task": {"name": "policy"}}
     trainer.apply_backend_defaults(cfg)  # asked for by name: nothing to warn about
     assert capsys.readouterr().err == ""
+
+
+def _replay_render(run, video, gl: str):
+    env = {**os.environ, "MUJOCO_GL": gl}
+    return subprocess.run([sys.executable, "scripts/replay.py", str(run), "--episodes", "1", "--render", str(video)],
+                          check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+
+
+def test_replay_renders_or_says_why_not(tmp_path):
+    train(tmp_path, "run", "gp.generations=1", "wandb.mode=disabled")
+    out = _replay_render(tmp_path / "run", tmp_path / "a.mp4", "egl")
+    if out.returncode == 0:
+        assert (tmp_path / "a.mp4").stat().st_size > 1000
+    else:  # a machine without EGL: one line, no traceback
+        assert "cannot render on this machine" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    out = _replay_render(tmp_path / "run", tmp_path / "b.mp4", "no-such-gl")
+    assert out.returncode != 0 and not (tmp_path / "b.mp4").exists()
+    assert out.stderr.strip().splitlines() == [
+        ("replay: cannot render on this machine (MUJOCO_GL=no-such-gl: RuntimeError); install EGL (apt-get install "
+         "libegl1) or OSMesa (apt-get install libosmesa6, then MUJOCO_GL=osmesa), or replay without --render")]
