@@ -24,7 +24,7 @@ def _logistic_data(seed: int = 0, n: int = 600):
 def test_wrong_constants_go_to_the_maximum_likelihood_fit():
     X, y = _logistic_data()
     objective = gprl.ClassificationObjective(X, y, 2)
-    # the right shape with wrong constants (and a tree without constants, which must come back unchanged)
+    # the right shape with wrong constants (and a tree without constants, which must be returned unchanged)
     trees = gprl.Population.from_expressions(["1.0*x0 - 1.0*x1 + 0.5", "x0 - x1"], n_in=2)
     before = objective(trees)
     tuned, loss = optimize_constants(trees, objective, iterations=15)

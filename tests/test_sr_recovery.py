@@ -1,4 +1,4 @@
-"""Exact recovery and held-out accuracy with small CPU budgets (the issue's CI bar).
+"""Exact recovery and held-out accuracy with small CPU budgets (sized for CI).
 
 Recovery uses each benchmark's own terminal set (no constants for the Koza quartic and Nguyen-1..4, as in
 their papers) and the arithmetic function set; equivalence is sympy's, after simplification."""
