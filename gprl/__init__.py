@@ -35,6 +35,10 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
+    if name == "envs":  # the environment adapters: imported on first use (`import gprl` loads no simulator code)
+        import importlib
+
+        return importlib.import_module(".envs", __name__)
     # the estimators need scikit-learn (the "sr" extra): imported on first use so `import gprl` works without it
     if name in ("SymbolicRegressor", "SymbolicClassifier", "estimators"):
         import importlib
