@@ -12,9 +12,27 @@ import torch
 from .devices import canonical_device
 
 
+def check_float32_range(x: torch.Tensor | np.ndarray, name: str, fix: str | None = None) -> None:
+    """A ValueError naming ``name`` (and ``fix``, default: rescale it) where ``x`` holds finite values that
+    a float32 cast would turn into inf."""
+    if isinstance(x, np.ndarray):
+        if x.dtype != np.float64 or x.size == 0:
+            return
+        big = float(np.where(np.isfinite(x), np.abs(x), 0.0).max())
+    else:
+        if x.dtype != torch.float64 or x.numel() == 0:
+            return
+        big = float(torch.where(torch.isfinite(x), x.abs(), 0.0).max())
+    top = float(torch.finfo(torch.float32).max)
+    if big > top:
+        raise ValueError(f"{name} has values past float32's range (|{name}| up to {big:.3g} > {top:.3g}), "
+                         f"the precision the kernels compute in; {fix or f'rescale {name}'}")
+
+
 def as_float_tensor(x, name: str, device: torch.device, check_finite: bool = True) -> torch.Tensor:
     """Validates user data and returns it as a contiguous float32 tensor on `device`; `check_finite` also
-    rejects NaN and inf (on a GPU that check waits for the device: hot loops skip it)."""
+    rejects NaN, inf and values past float32's range (on a GPU that check waits for the device: hot loops
+    skip it)."""
     if isinstance(x, np.ndarray):
         if not np.issubdtype(x.dtype, np.floating):
             raise ValueError(f"{name} must have a floating dtype, got {x.dtype}; convert it with .astype(float)")
@@ -26,6 +44,8 @@ def as_float_tensor(x, name: str, device: torch.device, check_finite: bool = Tru
     if x.device != device:
         raise ValueError(f"{name} is on {x.device} but the population is on {device}; move it with "
                          f"{name}.to('{device}') or the population with .to('{x.device}')")
+    if check_finite:
+        check_float32_range(x, name)
     x = x.to(torch.float32).contiguous()
     if check_finite and not bool(torch.isfinite(x).all()):
         raise ValueError(f"{name} contains NaN or inf values; clean or impute them first")

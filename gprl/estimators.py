@@ -46,11 +46,15 @@ except ImportError:  # scikit-learn < 1.6 has them as BaseEstimator methods
 from . import functions as F
 from .algorithm import GeneticProgramming, _mix
 from .constants import tune_best
+from .dataset import check_float32_range
 from .datasets import check_features, check_targets
 from .objectives import ClassificationObjective, RegressionObjective
 from .population import Population, unprotect
 
 MODEL_SELECTIONS = ("best", "accuracy")
+# a target whose largest magnitude is outside this range is standardised for the search: its squared errors
+# would overflow (or underflow) the kernels' float32 losses; inside it, the search sees y as given
+TARGET_RANGE = (1e-12, 1e12)
 
 
 def resolve_device(device) -> torch.device:
@@ -94,6 +98,27 @@ def weighted_mean_std(a: np.ndarray, weight: np.ndarray | None) -> tuple[np.ndar
     a, weight = a[keep], weight[keep]
     mean = np.average(a, axis=0, weights=weight)
     return mean, np.sqrt(np.average((a - mean) ** 2, axis=0, weights=weight))
+
+
+def target_scaling(y: np.ndarray, weight: np.ndarray | None) -> tuple[float, np.ndarray, float] | None:
+    """None when the largest ``|y|`` (over rows of positive weight) is 0 or inside ``TARGET_RANGE``, else
+    ``(size, mean, sd)`` such that ``(y / size - mean) / sd`` standardises y: ``mean`` the weighted mean of
+    each target, ``sd`` the largest weighted standard deviation. One ``sd`` for every target keeps the loss
+    (a mean over targets) the same up to a factor; dividing by ``size`` first keeps the statistics finite."""
+    keep = slice(None) if weight is None else weight > 0
+    size = float(np.abs(y[keep]).max())
+    if size == 0 or TARGET_RANGE[0] <= size <= TARGET_RANGE[1]:
+        return None
+    y, weight = (y / size).reshape(len(y), -1)[keep], None if weight is None else weight[keep]
+    mean, sd = weighted_mean_std(y, weight)
+    return size, mean, float(sd.max()) or 1.0
+
+
+def as_float32(a: np.ndarray, name: str, fix: str) -> np.ndarray:
+    """``a`` in the kernels' float32, or a ValueError naming ``name`` and ``fix`` where a value is past its
+    range."""
+    check_float32_range(a, name, fix)
+    return a.astype(np.float32)
 
 
 class _SymbolicBase(BaseEstimator):
@@ -141,7 +166,8 @@ class _SymbolicBase(BaseEstimator):
             raise ValueError("sample_weight must be finite and >= 0")
         if not w.sum() > 0:
             raise ValueError("sample_weight is all zero; give at least one row a positive weight")
-        return w
+        # only ratios matter: a power of two brings any size into float32's range without rounding
+        return np.ldexp(w, -np.frexp(w.max())[1])
 
     def _names(self) -> list[str]:
         if hasattr(self, "feature_names_in_"):
@@ -149,7 +175,9 @@ class _SymbolicBase(BaseEstimator):
         return [f"x{k}" for k in range(self.n_features_in_)]
 
     def _transform(self, X: np.ndarray) -> np.ndarray:
-        return (X - self._mean) / self._scale
+        """The search's float32 inputs for raw X."""
+        fix = "rescale X" if self.standardize else "rescale X or use standardize=True"
+        return as_float32((X - self._mean) / self._scale, "X", fix)
 
     # ---- the search ----
     def _fit(self, X: np.ndarray, targets: np.ndarray, weight: np.ndarray | None, make_objective: Callable):
@@ -175,6 +203,14 @@ class _SymbolicBase(BaseEstimator):
             self._mean, self._scale = np.zeros(X.shape[1]), np.ones(X.shape[1])
         Xs = self._transform(X)
         sub = (lambda a, r: None if a is None else a[r])
+        self._y_shift = self._y_scale = None
+        factor = 1.0  # the search's losses times this are losses in y's units
+        scaling = target_scaling(targets[rows], sub(weight, rows)) if self._task == "regression" else None
+        if scaling is not None:
+            size, mean, sd = scaling
+            targets = ((targets / size).reshape(n, -1) - mean).reshape(targets.shape) / sd
+            self._y_shift, self._y_scale = mean * size, sd * size
+            factor = self._y_scale ** (2 if self.metric == "mse" else 1)
         train = make_objective(Xs[rows], targets[rows], sub(weight, rows), device)
         n_islands = int(getattr(self, "ensemble_size", 1))
         # independent populations (islands without migration), evaluated together in one objective call;
@@ -200,7 +236,8 @@ class _SymbolicBase(BaseEstimator):
                     pops[k], losses[k] = tune(pops[k], losses[k])
             last = g == int(self.generations)  # the last population is evaluated and archived, not varied
             if not last and watch:
-                best = float(min(lo.min() for lo in losses))  # the one host sync of a watched generation
+                # the one host sync of a watched generation
+                best = float(min(lo.min() for lo in losses)) * factor
                 if self.verbose:
                     print(f"generation {g}: best loss {best:.6g} ({time.monotonic() - start:.1f} s)")
                 if self.callback is not None:
@@ -219,6 +256,9 @@ class _SymbolicBase(BaseEstimator):
         fronts, coefs, complexity, used, trained, island, chosen = [], [], [], [], [], [], []
         for k, gp in enumerate(gps):
             lengths, losses, trees = gp.archive.front()
+            if len(lengths) == 0:  # the archive keeps finite losses only
+                raise RuntimeError("no tree had a finite loss on the training data; check the scale of X "
+                                   "(standardize=True) and the function set")
             if n_tune:  # the front's trees get tuned too: the final model is among them
                 trees, losses = tune_best(trees, losses, train, len(trees), int(self.optimizer_iterations))
                 gp.archive.update(trees, losses)
@@ -246,20 +286,21 @@ class _SymbolicBase(BaseEstimator):
         self.best_index_ = int(self.members_[np.argmin(used_all[self.members_])])
         self._tree = self._front[self.best_index_]
         self.equations_ = self._table(complexity, used, trained if val_rows is not None else None, island,
-                                      self.members_)
+                                      self.members_, factor)
         self.device_ = str(device)
         return self
 
-    def _table(self, complexity, loss, train_loss, island, members):
-        """The fronts (one per island, each shortest first) as a DataFrame; inputs are per-island lists."""
+    def _table(self, complexity, loss, train_loss, island, members, factor):
+        """The fronts (one per island, each shortest first) as a DataFrame; inputs are per-island lists of
+        the search's losses, reported times ``factor`` (in y's units; the scores do not change)."""
         import pandas as pd
 
         exprs = [self._expressions(i, protected=False) for i in range(len(self._front))]
         single = self._front.n_out == 1 and self._task == "regression" and not self._multi_target
-        cols = {"complexity": np.concatenate(complexity).astype(int), "loss": np.concatenate(loss),
+        cols = {"complexity": np.concatenate(complexity).astype(int), "loss": np.concatenate(loss) * factor,
                 "score": np.concatenate([pareto_scores(c, lo) for c, lo in zip(complexity, loss)])}
         if train_loss is not None:
-            cols["train_loss"] = np.concatenate(train_loss)
+            cols["train_loss"] = np.concatenate(train_loss) * factor
         if len(island) > 1:
             cols["island"] = np.concatenate(island)
             cols["member"] = np.isin(np.arange(len(cols["loss"])), members)
@@ -273,6 +314,8 @@ class _SymbolicBase(BaseEstimator):
         exprs = self._front.to_sympy(index, names=names, protected=True)
         if self._coef is not None:
             exprs = [float(a) + float(b) * e for a, b, e in zip(self._coef[0][index], self._coef[1][index], exprs)]
+        if getattr(self, "_y_scale", None) is not None:
+            exprs = [float(m) + self._y_scale * e for m, e in zip(self._y_shift, exprs)]
         if self.standardize:
             raw = [sympy.Symbol(n, real=True) for n in names]
             sub = {s: (s - float(m)) / float(sc) for s, m, sc in zip(raw, self._mean, self._scale)}
@@ -283,12 +326,14 @@ class _SymbolicBase(BaseEstimator):
         """The model's outputs ``[D, n_out]`` for raw X (with its output scaling, if any): the mean over the
         ensemble's members (the one chosen formula when ``ensemble_size`` is 1)."""
         check_is_fitted(self, "_tree")
-        X = self._transform(self._check_X(X, fitting=False)).astype(np.float32)
+        X = self._transform(self._check_X(X, fitting=False))
         device = resolve_device(self.device)
         members = self._front[self.members_].to(device)
         out = members.forward(torch.from_numpy(X).to(device)).cpu().numpy().astype(np.float64)  # [K, D, n_out]
         if self._coef is not None:
             out = self._coef[0][self.members_][:, None] + self._coef[1][self.members_][:, None] * out
+        if getattr(self, "_y_scale", None) is not None:
+            out = self._y_shift + self._y_scale * out
         return out.mean(axis=0)
 
     def _model_expressions(self, protected: bool) -> list[sympy.Expr]:
@@ -354,6 +399,10 @@ class SymbolicRegressor(RegressorMixin, _SymbolicBase):
     seeds 0-4) fitting 10 trees every 5 generations lowered the mean training MSE of Keijzer-4 by 13% and of
     Nguyen-5 8-fold but raised Pagie-1's by 24%, took 1.4-2.2x the fit time, and raised the mean test MSE
     of Nguyen-5 (20 training rows; mostly one seed) and Pagie-1.
+    A target whose largest magnitude is outside ``TARGET_RANGE`` (1e-12 to 1e12) is standardised (weighted
+    mean and standard deviation) for the search, whose float32 losses would otherwise overflow or underflow;
+    the scaling is folded into predict and the formulas, and losses, ``target_loss`` and the callback are in
+    y's units (``parsimony`` then weighs against the standardised loss).
 """)
 
     def __init__(self, *, population_size: int = 2000, generations: int = 100,

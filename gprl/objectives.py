@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .dataset import Dataset
+from .dataset import Dataset, check_float32_range
 from .population import METRICS, Population
 from .scaling import fit_logistic_scaling
 
@@ -30,7 +30,8 @@ class RegressionObjective:
     def __init__(self, X, y, weight=None, metric: str = "mse", device=None):
         if metric not in METRICS:
             raise ValueError(f"metric must be one of {list(METRICS)} for regression, got {metric!r}")
-        self.data = Dataset(_tensor(X), _tensor(y), None if weight is None else _tensor(weight), device=device)
+        weight = None if weight is None else _tensor(weight, "weight")
+        self.data = Dataset(_tensor(X, "X"), _tensor(y, "y"), weight, device=device)
         self.metric = metric
 
     @property
@@ -103,7 +104,8 @@ class ClassificationObjective:
         if codes.dim() != 1 or bool((codes < 0).any()) or bool((codes >= n_classes).any()):
             raise ValueError(f"y must be [D] class indices in 0..{n_classes - 1}")
         # Dataset validates X and the weights once (finite, shapes) and places them on the device
-        self.data = Dataset(_tensor(X), codes.float(), None if weight is None else _tensor(weight), device=device)
+        weight = None if weight is None else _tensor(weight, "weight")
+        self.data = Dataset(_tensor(X, "X"), codes.float(), weight, device=device)
         self.y = codes.to(self.data.device)
         self.n_classes, self.metric, self.chunk_elements = int(n_classes), metric, int(chunk_elements)
         self.scaling = bool(scaling)
@@ -204,8 +206,11 @@ class ClassificationObjective:
         return torch.nan_to_num(loss, nan=float("inf"))
 
 
-def _tensor(a) -> torch.Tensor:
-    """float arrays to float32 tensors (the validation itself happens in Dataset)."""
+def _tensor(a, name: str) -> torch.Tensor:
+    """float arrays to float32 tensors (validated in Dataset, except for values past float32's range: the
+    cast here would turn them into inf)."""
+    a = a if isinstance(a, torch.Tensor) else np.asarray(a)
+    check_float32_range(a, name)
     if isinstance(a, torch.Tensor):
         return a.float()
-    return torch.as_tensor(np.ascontiguousarray(np.asarray(a, dtype=np.float32)))
+    return torch.as_tensor(np.ascontiguousarray(a, dtype=np.float32))

@@ -240,3 +240,35 @@ def test_standardize_uses_sample_weight(Est):
     zeroed = Est(**params).fit(X_out, np.r_[y, np.ones(5, int)], sample_weight=np.r_[np.ones(40), np.zeros(5)])
     absent = Est(**params).fit(X, y)
     np.testing.assert_allclose(getattr(zeroed, out)(X), getattr(absent, out)(X), rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("size", [1e20, 1e39, 1e-20])  # 1e39 is past float32's range, 1e-20**2 below it
+def test_targets_of_any_magnitude_are_fitted_in_their_own_units(size):
+    rng = np.random.default_rng(7)
+    X = rng.uniform(-1, 1, (60, 2))
+    y = size * (2 * X[:, 0] + 0.5)
+    est = gprl.SymbolicRegressor(**SMALL).fit(X, y)
+    pred = est.predict(X)
+    assert est.score(X, y) > 0.5
+    np.testing.assert_allclose(_lambdify(est.sympy(protected=True), ["x0", "x1"])(X), pred,
+                               rtol=1e-5, atol=1e-5 * size)
+    # the reported losses and the stopping rule are in y's units
+    assert est.equations_["loss"][est.best_index_] == pytest.approx(mean_squared_error(y, pred), rel=1e-3)
+    stop = gprl.SymbolicRegressor(**{**SMALL, "generations": 50}, target_loss=0.1 * size**2).fit(X, y)
+    assert stop.n_generations_ < 50 and mean_squared_error(y, stop.predict(X)) <= 0.1 * size**2
+
+
+def test_values_past_float32_range_get_their_own_message():
+    rng = np.random.default_rng(8)
+    X, y = rng.uniform(-1, 1, (30, 2)), rng.uniform(-1, 1, 30)
+    with pytest.raises(ValueError, match=r"X has values past float32's range .*standardize=True"):
+        gprl.SymbolicRegressor(**TINY).fit(X * 1e39, y)
+    est = gprl.SymbolicRegressor(standardize=True, **TINY).fit(X * 1e39, y)  # z-scores are in range
+    assert np.isfinite(est.predict(X * 1e39)).all()
+    with pytest.raises(ValueError, match=r"X has values past float32's range"):
+        est.predict(X * 1e80)
+    with pytest.raises(ValueError, match=r"^y has values past float32's range"):
+        gprl.RegressionObjective(X, y * 1e39)
+    # only the weights' ratios matter, so huge weights are fine
+    heavy = gprl.SymbolicRegressor(**TINY).fit(X, y, sample_weight=np.full(30, 1e39))
+    np.testing.assert_array_equal(heavy.predict(X), gprl.SymbolicRegressor(**TINY).fit(X, y).predict(X))
