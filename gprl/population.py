@@ -330,7 +330,8 @@ class Population:
                 state = torch.load(f, map_location="cpu", weights_only=True)
             except Exception as err:  # noqa: BLE001 - any failure reading an open file is about its content
                 # from None: torch's message advises weights_only=False, unsafe for a file that is not ours
-                raise ValueError(f"cannot load population file {os.fspath(path)}: {_load_cause(err)}") from None
+                cause = _load_cause(err)
+                raise ValueError(f"cannot load population file {os.fspath(path)}: {cause}") from None
         if not isinstance(state, dict) or state.get("format") != "gprl.population":
             raise ValueError(f"{os.fspath(path)} is not a gprl population file")
         try:
@@ -390,8 +391,9 @@ class Population:
         """Trees from sympy expressions or strings: one per tree, or a sequence of ``n_out`` per tree.
 
         Variables are ``names`` (their order gives the input index) or ``x0, x1, ...``. Division, ``log``,
-        ``sqrt`` and ``pow`` parse to the protected functions of ``gprl.functions``; integer powers become
-        products. Multi-output trees are built as a chain of Modi ``add`` nodes (``o_k = e_k + 0``).
+        ``sqrt`` and ``pow`` parse to the protected functions of ``gprl.functions``; integer powers of any
+        size become products (negative ones the inverse of one), which must fit ``max_len``. Multi-output
+        trees are built as a chain of Modi ``add`` nodes (``o_k = e_k + 0``).
         """
         if isinstance(expressions, (str, sympy.Basic)):
             raise TypeError("expressions must be a list with one entry per tree")
@@ -412,7 +414,8 @@ class Population:
         else:
             n_in = len(names) if n_in is None else n_in
         index = {n: k for k, n in enumerate(_variable_names(names, n_in))}
-        encoded = [_encode_outputs(outs, index) for outs in parsed]
+        limit = MAX_LEN_LIMIT if max_len is None else max_len
+        encoded = [_encode_outputs(outs, index, limit) for outs in parsed]
         longest = max(len(t) for t in encoded)
         max_len = longest if max_len is None else max_len
         if longest > max_len:
@@ -534,13 +537,13 @@ def _parse(e, names) -> sympy.Expr:
 Node = tuple  # (kind, code, out, value)
 
 
-def _encode_outputs(outs: list[sympy.Expr], index: dict[str, int]) -> list[Node]:
+def _encode_outputs(outs: list[sympy.Expr], index: dict[str, int], limit: int) -> list[Node]:
     if len(outs) == 1:
-        return _encode(outs[0], index)
+        return _encode(outs[0], index, limit)
     # o_k = e_k + 0: a chain of Modi adds whose last child passes the 0 up; the root is Modi for output 0.
     nodes: list[Node] = []
     for k, e in enumerate(outs):
-        nodes += [(FUNC | OUTPUT_FLAG, F.BY_NAME["add"].id, k, 0.0)] + _encode(e, index)
+        nodes += [(FUNC | OUTPUT_FLAG, F.BY_NAME["add"].id, k, 0.0)] + _encode(e, index, limit)
     return nodes + [(CONST, 0, 0, 0.0)]
 
 
@@ -562,8 +565,21 @@ def _strip_abs(e: sympy.Expr) -> sympy.Expr:
     return e.args[0] if isinstance(e, sympy.Abs) else e
 
 
-def _encode(e: sympy.Expr, index: dict[str, int]) -> list[Node]:
-    enc = lambda x: _encode(x, index)
+def _integer_power(e: sympy.Pow, enc, limit: int) -> list[Node]:
+    base, ex = e.args
+    n, negative = abs(int(ex)), int(ex) < 0
+    factor = enc(base)
+    need = n * len(factor) + n - 1 + negative
+    if need > limit:
+        raise ValueError(f"{e} needs {need} nodes as a product of {n} factors, more than max_len={limit}; "
+                         f"raise max_len (at most {MAX_LEN_LIMIT})")
+    product = _chain("mul", [factor] * n)
+    return _fn("inv", product) if negative else product
+
+
+def _encode(e: sympy.Expr, index: dict[str, int], limit: int = MAX_LEN_LIMIT) -> list[Node]:
+    """Prefix nodes of ``e``; ``limit`` (max_len) bounds integer powers before their products are built."""
+    enc = lambda x: _encode(x, index, limit)
     if e.is_Symbol:
         if e.name not in index:
             raise ValueError(f"unknown variable {e.name!r}; known: {list(index)}")
@@ -595,10 +611,8 @@ def _encode(e: sympy.Expr, index: dict[str, int]) -> list[Node]:
             return _fn("inv", enc(base))
         if ex == sympy.Rational(1, 2):
             return _fn("sqrt", enc(_strip_abs(base)))
-        if ex.is_Integer and 2 <= ex <= 4:
-            return _chain("mul", [enc(base)] * int(ex))
-        if ex.is_Integer and ex < 0:
-            return _fn("inv", enc(base ** (-ex)))
+        if ex.is_Integer:  # products keep the sign of odd powers; the kernels' pow is |a|**b
+            return _integer_power(e, enc, limit)
         return _fn("pow", enc(_strip_abs(base)), enc(ex))
     if isinstance(e, sympy.re):  # tree values are real: re(v) = v, im(v) = 0
         return enc(e.args[0])

@@ -102,3 +102,23 @@ def test_comparisons_of_equal_arguments_fold():
     pop = Population.from_expressions(["gt(x0, x0) + lt(x0*2, x0*2)"], n_in=1)
     assert float(pop.to_sympy(0)[0]) == -2.0
     torch.testing.assert_close(pop.forward(torch.tensor([[3.0]]))[0, 0, 0], torch.tensor(-2.0))
+
+
+@pytest.mark.parametrize("text, want", [("x0**5", -32.0), ("x0**7", -128.0), ("x0**-5", -1 / 32),
+                                        ("x0**3", -8.0), ("(x0 + 1)**9", -1.0), ("2*x0**-7", -1 / 64)])
+def test_integer_powers_are_products_and_keep_their_sign(text, want):
+    pop = Population.from_expressions([text], n_in=1, max_len=64)
+    assert BY_NAME["pow"].id not in pop.code[(pop.kind & 3) == 3].tolist()
+    assert float(pop.forward(torch.tensor([[-2.0]]))[0, 0, 0]) == pytest.approx(want, rel=1e-6)
+    back = Population.from_expressions(pop.to_sympy(0), n_in=1, max_len=64)
+    assert float(back.forward(torch.tensor([[-2.0]]))[0, 0, 0]) == pytest.approx(want, rel=1e-6)
+
+
+def test_integer_powers_too_long_for_max_len():
+    assert Population.from_expressions(["x0**10"], max_len=19).lengths().tolist() == [19]
+    with pytest.raises(ValueError, match="max_len=18"):
+        Population.from_expressions(["x0**10"], max_len=18)
+    with pytest.raises(ValueError, match="max_len"):
+        Population.from_expressions(["x0**3000"])  # 5999 nodes: more than any max_len
+    with pytest.raises(ValueError, match="max_len"):
+        Population.from_expressions(["x0**1000000000"])  # fails at once, building nothing
