@@ -23,6 +23,7 @@ nodes is an ordinary single-output expression.
 
 from __future__ import annotations
 
+import ast
 import os
 import pickle
 import re
@@ -394,6 +395,11 @@ class Population:
         ``sqrt`` and ``pow`` parse to the protected functions of ``gprl.functions``; integer powers of any
         size become products (negative ones the inverse of one), which must fit ``max_len``. Multi-output
         trees are built as a chain of Modi ``add`` nodes (``o_k = e_k + 0``).
+
+        Strings are parsed, never evaluated: numbers, variables, ``pi``, ``E``, ``+ - * / **`` (``^`` is
+        ``**``), calls of the function table's names (``sin``, ``max``, ``ifpos``/``ite`` ...) and their sympy
+        forms (``pdiv``, ``plog``, ``Abs``, ``Piecewise`` with ``<``/``>`` conditions ...); anything else is
+        a ValueError naming the piece.
         """
         if isinstance(expressions, (str, sympy.Basic)):
             raise TypeError("expressions must be a list with one entry per tree")
@@ -524,14 +530,143 @@ def _parse(e, names) -> sympy.Expr:
         return e
     if not isinstance(e, str):
         raise TypeError(f"an expression must be a string or sympy expression, got {type(e).__name__}")
-    local = {**F.SYMPY_FUNCTIONS, "max": sympy.Max, "min": sympy.Min, "abs": sympy.Abs}
-    for n in names or []:
-        local[n] = sympy.Symbol(n, real=True)
+    text = e.strip().replace("^", "**")  # ^ is a power, as in sympify (with **'s precedence, not xor's)
     try:
-        expr = sympy.sympify(e, locals=local)
-    except (sympy.SympifyError, SyntaxError, TypeError) as err:
-        raise ValueError(f"cannot parse expression {e!r}: {err}") from err
-    return expr.xreplace({s: sympy.Symbol(s.name, real=True) for s in expr.free_symbols})
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as err:
+        raise ValueError(f"cannot parse expression {_shown(e)}: {_shown(str(err), quote=False)}") from None
+    try:
+        return _ExpressionBuilder(e, names).build(tree.body)
+    except RecursionError:
+        raise ValueError(f"cannot parse expression {_shown(e)}: nested too deeply") from None
+    except TypeError as err:  # sympy refusing arguments, e.g. Piecewise()
+        raise ValueError(f"cannot parse expression {_shown(e)}: {err}") from None
+
+
+def _shown(text: str, limit: int = 80, quote: bool = True) -> str:
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    return repr(text) if quote else text
+
+
+# Callable names in expression strings, each naming a function-table entry: the table's names, its sympy
+# forms and the aliases that are identifiers (``if`` is a keyword: write ``ifpos`` or ``ite``). Anything
+# else is rejected, never looked up.
+_STRING_FUNCTIONS: dict[str, str] = {
+    **{f.name: f.name for f in F.FUNCTIONS if f.name != "if"},
+    **{a: n for a, n in F.ALIASES.items() if a.isidentifier()},
+    "pdiv": "div", "pinv": "inv", "plog": "log", "lt": "lt", "gt": "gt", "ifpos": "if",
+    "Abs": "abs", "Max": "max", "Min": "min",
+}
+_STRING_CONSTANTS = {"pi": sympy.pi, "E": sympy.E}
+_ADDITIVE, _MULTIPLICATIVE = (ast.Add, ast.Sub), (ast.Mult, ast.Div)
+_COMPARISONS = {ast.Lt: sympy.Lt, ast.Gt: sympy.Gt, ast.LtE: sympy.Le, ast.GtE: sympy.Ge}
+_MAX_NUMBER_BITS = 1 << 16  # exact rational powers larger than this only stall (float32 holds < 2**128)
+
+
+class _ExpressionBuilder:
+    """A sympy expression from a parsed string, walking a whitelist of syntax nodes. Nothing is evaluated
+    as Python and names are looked up only in the function table, the constants and the variables."""
+
+    def __init__(self, text: str, names: Sequence[str] | None):
+        self.text, self.names = text, None if names is None else [str(n) for n in names]
+
+    def fail(self, node: ast.AST, why: str) -> ValueError:
+        return ValueError(f"expression {_shown(self.text)}: {_shown(ast.unparse(node), 60)} {why}")
+
+    def not_allowed(self, node: ast.AST, what: str) -> ValueError:
+        return self.fail(node, f"({what}) is not allowed; use numbers, variables, + - * / ** and the "
+                               f"functions {', '.join(sorted(_STRING_FUNCTIONS))}")
+
+    def build(self, node: ast.AST) -> sympy.Expr:
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
+                raise self.not_allowed(node, f"a {type(node.value).__name__} constant")
+            return sympy.Integer(node.value) if isinstance(node.value, int) else sympy.Float(node.value)
+        if isinstance(node, ast.Name):
+            return self.variable(node)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
+            v = self.build(node.operand)
+            return -v if isinstance(node.op, ast.USub) else v
+        if isinstance(node, ast.BinOp) and isinstance(node.op, _ADDITIVE + _MULTIPLICATIVE):
+            return self.chain(node)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            return self.power(node, self.build(node.left), self.build(node.right))
+        if isinstance(node, ast.Call):
+            return self.call(node)
+        if isinstance(node, (ast.BinOp, ast.UnaryOp)):
+            raise self.not_allowed(node, f"the {type(node.op).__name__} operator")
+        if isinstance(node, ast.Compare):
+            raise self.not_allowed(node, "a comparison outside Piecewise; use lt, gt or ifpos")
+        raise self.not_allowed(node, f"Python {type(node).__name__} syntax")
+
+    def chain(self, node: ast.BinOp) -> sympy.Expr:
+        # a + b - c ... is a left-leaning chain: walk it in a loop (long sums would exhaust the recursion
+        # limit) and let sympy combine all terms at once
+        group = _ADDITIVE if isinstance(node.op, _ADDITIVE) else _MULTIPLICATIVE
+        right: list[tuple[ast.operator, ast.AST]] = []
+        while isinstance(node, ast.BinOp) and isinstance(node.op, group):
+            right.append((node.op, node.right))
+            node = node.left
+        terms = [self.build(node)]
+        for op, r in reversed(right):
+            v = self.build(r)
+            terms.append(-v if isinstance(op, ast.Sub) else 1 / v if isinstance(op, ast.Div) else v)
+        return sympy.Add(*terms) if group is _ADDITIVE else sympy.Mul(*terms)
+
+    def variable(self, node: ast.Name) -> sympy.Expr:
+        name = node.id
+        known = re.fullmatch(r"x\d+", name) if self.names is None else name in self.names
+        if known:
+            return sympy.Symbol(name, real=True)
+        if name in _STRING_CONSTANTS:
+            return _STRING_CONSTANTS[name]
+        variables = "x0, x1, ... (or pass names)" if self.names is None else ", ".join(self.names)
+        raise self.fail(node, f"is an unknown variable; variables are {variables}")
+
+    def power(self, node: ast.AST, base: sympy.Expr, ex: sympy.Expr) -> sympy.Expr:
+        # sympy evaluates rational powers exactly, also inside a product base ((3*x)**n -> 3**n * x**n):
+        # bound the size of those numbers before asking for them
+        if ex.is_Rational:
+            bits = max((max(abs(r.p), r.q).bit_length() - 1 for r in base.atoms(sympy.Rational)), default=0)
+            if bits * abs(ex) > _MAX_NUMBER_BITS:
+                raise self.fail(node, "makes a number too large to compute exactly")
+            if not base.is_number and ex.is_Integer and abs(ex) > MAX_LEN_LIMIT:
+                raise self.fail(node, f"is a product of more than {MAX_LEN_LIMIT} factors: longer than any "
+                                      f"max_len (at most {MAX_LEN_LIMIT} nodes)")
+        return base**ex
+
+    def call(self, node: ast.Call) -> sympy.Expr:
+        if not isinstance(node.func, ast.Name):
+            raise self.not_allowed(node.func, "only named functions can be called")
+        name = node.func.id
+        if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
+            raise self.not_allowed(node, "keyword or starred arguments")
+        if name == "Piecewise":
+            return sympy.Piecewise(*(self.piece(a) for a in node.args))
+        if name not in _STRING_FUNCTIONS:
+            raise self.fail(node.func, "is not a gprl function (cannot encode it); functions: "
+                                       f"{', '.join(sorted(_STRING_FUNCTIONS))}")
+        args = [self.build(a) for a in node.args]
+        fn = F.BY_NAME[_STRING_FUNCTIONS[name]]
+        if fn.name in ("max", "min"):  # any number of arguments, chained into binary nodes
+            if len(args) < 2:
+                raise self.fail(node, f"has {len(args)} argument(s); {name} takes 2 or more")
+            return (sympy.Max if fn.name == "max" else sympy.Min)(*args)
+        if len(args) != fn.arity:
+            s = "s" if fn.arity > 1 else ""
+            raise self.fail(node, f"has {len(args)} argument(s); {name} takes {fn.arity} argument{s}")
+        return fn.sympy(*args)
+
+    def piece(self, node: ast.AST) -> tuple:
+        if not isinstance(node, ast.Tuple) or len(node.elts) != 2:
+            raise self.not_allowed(node, "a Piecewise argument must be a pair (value, condition)")
+        value, cond = node.elts
+        if isinstance(cond, ast.Constant) and cond.value is True:
+            return self.build(value), sympy.true
+        if isinstance(cond, ast.Compare) and len(cond.ops) == 1 and type(cond.ops[0]) in _COMPARISONS:
+            rel = _COMPARISONS[type(cond.ops[0])](self.build(cond.left), self.build(cond.comparators[0]))
+            return self.build(value), rel
+        raise self.not_allowed(cond, "a condition must be True or one comparison < > <= >=")
 
 
 Node = tuple  # (kind, code, out, value)

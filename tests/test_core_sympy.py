@@ -104,8 +104,46 @@ def test_comparisons_of_equal_arguments_fold():
     torch.testing.assert_close(pop.forward(torch.tensor([[3.0]]))[0, 0, 0], torch.tensor(-2.0))
 
 
+@pytest.mark.parametrize("text, piece", [
+    ('__import__("pathlib").Path(MARKER).touch() or x0', "__import__"),
+    ("x0.__class__", "x0.__class__"),
+    ("(lambda: x0)()", "lambda"),
+    ("[x0][0]", "[x0]"),
+    ("x0 if x1 else x1", "x0 if x1 else x1"),
+    ("Symbol('x0')", "Symbol"),
+    ("sin('x0')", "'x0'"),
+])
+def test_strings_are_parsed_not_evaluated(tmp_path, text, piece):
+    marker = tmp_path / "marker"
+    text = text.replace("MARKER", repr(str(marker)))
+    with pytest.raises(ValueError, match="not allowed|not a gprl function") as err:
+        Population.from_expressions([text], n_in=2)
+    assert not marker.exists()
+    assert str(err.value).startswith(f"expression {text[:20]!r}"[:-1]) and piece in str(err.value)
+
+
+def test_string_syntax_that_is_allowed():
+    x0, x1 = sympy.symbols("x0 x1", real=True)
+    texts = ["pi*x0 - E", "x0^2 + max(x0, x1, 2)", "Piecewise((x1, x0 > 0), (x0, True))",
+             "ite(x0, 1.5e-3, -x1)", "+x0", "sqrt(x0)**2", " + ".join(["x0"] * 1500)]  # long: no recursion
+    pop = Population.from_expressions(texts, n_in=2)
+    assert sympy.nsimplify(pop.to_sympy(1)[0]) == x0**2 + sympy.Max(x0, x1, 2)  # ^ binds like **
+    X = torch.tensor([[-3.0, 2.0], [0.5, -1.0]])
+    got = pop.forward(X)[:, :, 0]
+    want = torch.tensor([[-np.pi * 3 - np.e, 11.0, -3.0, -2.0, -3.0, 3.0, -4500.0],
+                         [np.pi * 0.5 - np.e, 2.25, -1.0, 1.5e-3, 0.5, 0.5, 750.0]]).T.float()
+    torch.testing.assert_close(got, want)  # sqrt(x0)**2 is |x0|: the kernel's sqrt protects
+    with pytest.raises(ValueError, match="has 2 argument.*sin takes 1 argument"):
+        Population.from_expressions(["sin(x0, x1)"])
+    with pytest.raises(ValueError, match="'y' is an unknown variable"):
+        Population.from_expressions(["y + oo"])
+    with pytest.raises(ValueError, match="cannot parse expression 'Piecewise\\(\\)'"):
+        Population.from_expressions(["Piecewise()"])
+
+
 @pytest.mark.parametrize("text, want", [("x0**5", -32.0), ("x0**7", -128.0), ("x0**-5", -1 / 32),
-                                        ("x0**3", -8.0), ("(x0 + 1)**9", -1.0), ("2*x0**-7", -1 / 64)])
+                                        ("x0**3", -8.0), ("(x0 + 1)**9", -1.0), ("2*x0**-7", -1 / 64),
+                                        ("pow(x0, 5)", 32.0)])  # pow is |a|**b, as the function table says
 def test_integer_powers_are_products_and_keep_their_sign(text, want):
     pop = Population.from_expressions([text], n_in=1, max_len=64)
     assert BY_NAME["pow"].id not in pop.code[(pop.kind & 3) == 3].tolist()
@@ -122,3 +160,5 @@ def test_integer_powers_too_long_for_max_len():
         Population.from_expressions(["x0**3000"])  # 5999 nodes: more than any max_len
     with pytest.raises(ValueError, match="max_len"):
         Population.from_expressions(["x0**1000000000"])  # fails at once, building nothing
+    with pytest.raises(ValueError, match="too large"):
+        Population.from_expressions(["(3*x0)**1000000000 + 7**7**7**7"])
