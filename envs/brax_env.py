@@ -23,6 +23,7 @@ run with MJX's JAX implementation), whose XMLs ship in the ``playground`` wheel.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable
 from typing import Any
@@ -43,6 +44,47 @@ def _import_jax() -> Any:
     # JAX and torch share the GPU: JAX must not grab 75% of its memory when it starts
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     return require("jax", "brax")
+
+
+class ClipCompatNumpy:
+    """``jax.numpy`` as one module sees it: every name is JAX's own, except a ``clip`` that also takes the
+    ``a_min``/``a_max`` keywords (which JAX 0.10 no longer takes). Installed as one Brax module's ``jp``, so nothing else
+    in JAX changes."""
+
+    def __init__(self, jnp: Any) -> None:
+        self._jnp = jnp
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._jnp, name)
+
+    def clip(self, arr: Any = None, /, min: Any = None, max: Any = None, *, a_min: Any = None,
+             a_max: Any = None) -> Any:
+        if (min is not None and a_min is not None) or (max is not None and a_max is not None):
+            raise TypeError("clip: pass min/max or a_min/a_max, not both")
+        return self._jnp.clip(arr, a_min if min is None else min, a_max if max is None else max)
+
+
+def _clip_takes_a_min(jnp: Any) -> bool:
+    try:
+        return "a_min" in inspect.signature(jnp.clip).parameters
+    except (TypeError, ValueError):  # no signature to read: assume the old keywords still work
+        return True
+
+
+def patch_brax_for_jax() -> bool:
+    """Lets Brax 0.14's fluid forces (the swimmer) run on a JAX without ``jnp.clip(a_min=...)``.
+
+    ``brax.fluid`` calls ``jp.clip(x, a_min=1e-12)``, which JAX 0.10 rejects; its ``jp`` becomes a
+    :class:`ClipCompatNumpy`. Only where the installed JAX rejects ``a_min`` and the module still uses plain
+    ``jax.numpy``; idempotent. Returns whether the patch is in place."""
+    jnp = _import_jax().numpy
+    fluid = require("brax.fluid", "brax")
+    if isinstance(getattr(fluid, "jp", None), ClipCompatNumpy):
+        return True
+    if getattr(fluid, "jp", None) is not jnp or _clip_takes_a_min(jnp):
+        return False
+    fluid.jp = ClipCompatNumpy(jnp)
+    return True
 
 
 def jax_has_gpu() -> bool:
@@ -165,6 +207,7 @@ class BraxEnv(VecEnv):
             pipeline = pipeline or "generalized"
             if pipeline not in BRAX_PIPELINES:
                 raise ValueError(f"pipeline must be one of {BRAX_PIPELINES}, got {pipeline!r}")
+            patch_brax_for_jax()
             self.env = brax_envs.get_environment(name, backend=pipeline, **env_kwargs)
             limit = 1000
             ctrl = getattr(getattr(self.env.sys, "actuator", None), "ctrl_range", None)

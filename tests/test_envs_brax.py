@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+
+import numpy as np
 import pytest
 import torch
 
@@ -150,6 +153,59 @@ def test_playground_dm_control_task() -> None:
     res = genvs.rollout(env, lambda o: torch.zeros(2, 2, 1), 2, 2, max_steps=20, seed=0)
     assert res.returns.shape == (2, 2) and (res.returns > 0).all() and (res.lengths == 20).all()
 
+
+
+def test_swimmer_steps_as_brax_itself() -> None:
+    """Brax's swimmer (fluid forces: ``jnp.clip(a_min=...)``, gone from JAX 0.10) runs through the adapter and
+    gives what Brax's own vmapped reset and step give for the same keys and actions."""
+    import jax
+    import jax.numpy as jnp
+    from brax import envs as brax_envs
+
+    n, seed = 4, 11
+    env = genvs.make("swimmer", backend="brax", num_envs=n, device="cpu", seed=seed)
+    assert (env.obs_dim, env.act_dim, env.episode_length) == (8, 2, 1000)
+    ref = brax_envs.get_environment("swimmer", backend="generalized")  # after make: with the shim in place
+    # the adapter's rule: environment i from PRNGKey(seed + i), split, the second half resets
+    keys = jax.vmap(jax.random.split)(jax.vmap(jax.random.PRNGKey)(jnp.arange(n, dtype=jnp.uint32) + seed))
+    state = jax.jit(jax.vmap(ref.reset))(keys[:, 1])
+    step = jax.jit(jax.vmap(ref.step))
+    torch.testing.assert_close(env.reset(), torch.from_numpy(np.asarray(state.obs)))
+    gen = torch.Generator().manual_seed(0)
+    moved = 0.0
+    for _ in range(25):
+        action = torch.rand(n, 2, generator=gen) * 2 - 1
+        obs, reward, terminated, truncated = env.step(action)
+        state = step(state, jnp.asarray(action.numpy()))
+        torch.testing.assert_close(obs, torch.from_numpy(np.asarray(state.obs)), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(reward, torch.from_numpy(np.asarray(state.reward)), rtol=1e-5, atol=1e-6)
+        assert not terminated.any() and not truncated.any()  # the swimmer never terminates
+        moved += float(reward.abs().sum())
+    assert moved > 0
+
+
+def test_clip_shim_is_scoped_to_brax_fluid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shim changes the name ``brax.fluid`` looks up, nothing in JAX, and only where JAX lacks a_min."""
+    import brax.fluid
+    import jax.numpy as jnp
+    from gprl.envs import brax_env
+
+    x = jnp.asarray([-2.0, 0.5, 3.0])
+    monkeypatch.setattr(brax.fluid, "jp", jnp)
+    monkeypatch.setattr(brax_env, "_clip_takes_a_min", lambda jnp: True)  # a JAX that still takes a_min
+    assert not brax_env.patch_brax_for_jax() and brax.fluid.jp is jnp
+    monkeypatch.setattr(brax_env, "_clip_takes_a_min", lambda jnp: False)
+    assert brax_env.patch_brax_for_jax() and brax_env.patch_brax_for_jax()  # idempotent
+    jp = brax.fluid.jp
+    assert isinstance(jp, brax_env.ClipCompatNumpy) and jp.sum is jnp.sum and jnp.clip is not jp.clip
+    assert np.asarray(jp.clip(x, a_min=0.0)).tolist() == [0.0, 0.5, 3.0]
+    assert np.asarray(jp.clip(x, a_max=1.0)).tolist() == [-2.0, 0.5, 1.0]
+    assert np.asarray(jp.clip(x, -1.0, 1.0)).tolist() == [-1.0, 0.5, 1.0]
+    with pytest.raises(TypeError, match="not both"):
+        jp.clip(x, 0.0, a_min=1.0)
+    if "a_min" not in inspect.signature(jnp.clip).parameters:  # JAX >= 0.10: its own clip still refuses a_min
+        with pytest.raises(TypeError):
+            jnp.clip(x, a_min=0.0)
 
 # ---------------------------------------------------------------------------------------------- GPU only
 @pytest.mark.gpu
