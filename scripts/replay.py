@@ -67,6 +67,7 @@ def replay_brax(policy, meta: dict, episodes: int, seed: int, episode_length: in
     import jax.numpy as jnp
     from brax import envs
 
+    _brax_clip_compat()
     kwargs = dict(meta.get("env_kwargs") or {})
     pipeline = kwargs.pop("pipeline", "generalized")
     kwargs.pop("cuda_graphs", None)  # gprl's compile option, not Brax's
@@ -89,6 +90,29 @@ def replay_brax(policy, meta: dict, episodes: int, seed: int, episode_length: in
 
         write_video(render, image.render_array(env.sys, rollout, 320, 240), fps=float(round(1 / float(env.dt))))
     return total.tolist()
+
+
+def _brax_clip_compat() -> None:
+    """Brax 0.14's fluid forces (the swimmer) call ``jnp.clip(x, a_min=...)``, which JAX 0.10 rejects: brax.fluid
+    alone gets a jax.numpy whose clip takes a_min/a_max (what gprl.envs.brax_env.patch_brax_for_jax does, here
+    without gprl)."""
+    import inspect
+
+    import jax.numpy as jnp
+    from brax import fluid
+
+    if fluid.jp is not jnp or "a_min" in inspect.signature(jnp.clip).parameters:
+        return
+
+    class _Numpy:
+        def __getattr__(self, name: str):
+            return getattr(jnp, name)
+
+        @staticmethod
+        def clip(x, min=None, max=None, *, a_min=None, a_max=None):
+            return jnp.clip(x, a_min if min is None else min, a_max if max is None else max)
+
+    fluid.jp = _Numpy()
 
 
 def write_video(path: str, frames, fps: int) -> None:
