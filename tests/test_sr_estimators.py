@@ -50,7 +50,8 @@ def test_params_clone_pickle_and_dataframe_names():
     assert {s.name for s in est.sympy().free_symbols} <= {"speed", "mass"}
     restored = pickle.loads(pickle.dumps(est))
     np.testing.assert_array_equal(restored.predict(X), est.predict(X))
-    with pytest.raises(ValueError, match="X has 3 features, but SymbolicRegressor is expecting 2"):
+    with pytest.raises(ValueError, match="X has 3 features, but SymbolicRegressor is expecting 2"), \
+            pytest.warns(UserWarning, match="X does not have valid feature names"):
         est.predict(np.zeros((4, 3)))
     # same seed, same model
     again = gprl.SymbolicRegressor(functions=["add", "mul"], const_prob=0.0, **{**SMALL, "generations": 15})
