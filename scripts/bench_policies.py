@@ -1,0 +1,324 @@
+"""Policy quality within a wall-clock budget: ``train.py`` on the locomotion tasks, then the exported policies
+replayed on fresh episodes; one JSON document and one PNG per backend.
+
+For each task (``--tasks``: swimmer, hopper, walker2d, halfcheetah) and seed (``--seeds``) it runs
+
+    python train.py env=<task> env.backend=<backend> seed=<seed> gp.time_limit=<budget> wandb.mode=disabled
+                    progress=false hydra.run.dir=<out>/<backend>/<task>/seed<seed> [overrides after --]
+
+as a subprocess and measures:
+
+* ``wall_s``: the process's wall-clock from its start to its exit (imports, JAX compilation, evolution,
+  validation of the hall of fame and export included); ``--budget`` bounds the evolution only (the trainer
+  stops after the generation that reaches it).
+* ``curve``: per generation, the best training return so far against the process's wall-clock (when the
+  generation's line of ``metrics.jsonl`` appeared, polled every 0.1 s) and the trainer's own clock
+  (``elapsed_s``). Training returns are over that generation's episode length (the per-backend schedules
+  start short), so early points are not comparable with full-length returns.
+* ``eval``: the exported policy on ``--episodes`` fresh full-length episodes (the run's final episode
+  length), starting from seeds no training or validation episode uses (``--eval-seed`` + e). MuJoCo runs:
+  ``policy.py`` in Gymnasium's v5 environments (``scripts/replay.py``); Brax runs: the tree of
+  ``policy.json`` with its normalisation and action map through ``gprl.envs`` and ``gprl.policy`` on Brax.
+* ``nodes``: per action, the sympy nodes (``preorder_traversal``) of the simplified formula that
+  ``policy.txt`` shows, rebuilt from the exported tree by the export's own functions; ``tree_length`` is
+  the tree's node count before simplification.
+
+The PNG draws the best training return against wall-clock, one subplot per task, with the exported policies'
+evaluation (mean ± std) at their runs' ends and EvoGP's Table VIII returns (population 5,000, Brax's
+generalized pipeline, 1000-step episodes) as horizontal reference lines.
+
+    python scripts/bench_policies.py --backend mujoco --budget 600 --out outputs/bench_policies
+    python scripts/bench_policies.py --backend brax --tasks hopper swimmer --seeds 0 1 \
+        -- gp.population_size=8192
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+TASKS = ("swimmer", "hopper", "walker2d", "halfcheetah")
+# EvoGP (Table VIII): best returns with population 5,000 on Brax's generalized pipeline, 1000-step episodes
+EVOGP_TABLE_VIII = {"swimmer": 372.0, "hopper": 2659.0, "walker2d": 2365.0, "halfcheetah": 13863.0}
+EVAL_SEED = 10_000_019  # as scripts/replay.py: fresh episodes, not those training and validation play
+
+
+# ---------------------------------------------------------------- one training run
+def read_metrics(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """Complete lines of ``metrics.jsonl`` after byte ``offset``; returns them and the new offset."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n") + 1  # a line still being written is read next time
+    rows = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+    return rows, offset + end
+
+
+def train(task: str, backend: str, seed: int, budget: float, run_dir: Path,
+          overrides: list[str]) -> dict[str, Any]:
+    """Runs train.py and returns the run's record (without the evaluation)."""
+    cmd = [sys.executable, "train.py", f"env={task}", f"env.backend={backend}", f"seed={seed}",
+           f"gp.time_limit={budget:g}", "wandb.mode=disabled", "progress=false", f"hydra.run.dir={run_dir}",
+           *overrides]
+    log_path = run_dir.with_suffix(".log")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    metrics_path = run_dir / "metrics.jsonl"
+    curve: list[dict[str, Any]] = []
+    offset = 0
+    with open(log_path, "w") as log:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        while True:
+            done = proc.poll() is not None
+            now = time.perf_counter() - start
+            rows, offset = read_metrics(metrics_path, offset)
+            curve += [{"generation": r["generation"], "wall_s": now, "elapsed_s": r["elapsed_s"],
+                       "best_return": r["best_return"], "best_so_far": r["best_so_far"],
+                       "episode_length": r.get("episode_length")} for r in rows]
+            if done:
+                break
+            time.sleep(0.1)
+        wall = time.perf_counter() - start
+    record: dict[str, Any] = {
+        "task": task, "backend": backend, "seed": seed, "budget_s": budget, "wall_s": wall,
+        "returncode": proc.returncode, "run_dir": str(run_dir), "log": str(log_path),
+        "command": " ".join(cmd[1:]), "evogp_table_viii": EVOGP_TABLE_VIII.get(task)}
+    if proc.returncode != 0:
+        record["error"] = log_path.read_text()[-2000:]
+    summary_path = run_dir / "summary.json"
+    if summary_path.exists():
+        s = json.loads(summary_path.read_text())
+        keys = ("stopped_by", "generations", "total_env_steps", "best_train_return", "validation_return",
+                "tree_length", "elapsed_s")
+        record.update({k: s.get(k) for k in keys})
+        record["evolution_s"] = curve[-1]["elapsed_s"] if curve else None  # trainer clock, last generation
+    config_path = run_dir / "config.yaml"
+    if config_path.exists():
+        from omegaconf import OmegaConf
+
+        cfg = OmegaConf.load(config_path)
+        record["population_size"] = cfg.gp.population_size
+        record["episode_length"] = cfg.env.episode_length
+        sched = cfg.env.episode_schedule
+        record["episode_schedule"] = None if sched is None else OmegaConf.to_container(sched)
+        record["digits"] = cfg.task.get("digits", 4)  # the export's significant digits
+    record["curve"] = curve
+    return record
+
+
+# ---------------------------------------------------------------- the exported policy
+def load_replay() -> Any:
+    spec = importlib.util.spec_from_file_location("gprl_replay", ROOT / "scripts" / "replay.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def evaluate_gymnasium(run_dir: Path, episodes: int, seed: int) -> dict[str, Any]:
+    """``policy.py`` in Gymnasium's v5 environment, as ``scripts/replay.py`` plays it."""
+    replay = load_replay()
+    policy = replay.load_policy(run_dir)
+    meta = json.loads(policy.META)
+    length = int(meta["episode_length"])
+    returns = replay.replay_gymnasium(policy, meta, episodes, seed, length)
+    return {"simulator": "gymnasium", "episode_length": length, "returns": returns}
+
+
+def evaluate_brax(run_dir: Path, episodes: int, seed: int) -> dict[str, Any]:
+    """The tree of ``policy.json`` on fresh Brax episodes, played as the trainer's validation plays them."""
+    import gprl.envs as genvs
+    import torch
+
+    from gprl.export import tree_from_record
+    from gprl.policy import ActionMap, evaluate_policies
+
+    record = json.loads((run_dir / "policy.json").read_text())
+    meta = record["meta"]
+    length = int(meta["episode_length"])
+    env = genvs.make(meta["env"], backend="brax", num_envs=episodes, seed=seed, episode_length=length,
+                     **(meta.get("env_kwargs") or {}))
+    try:
+        action_map = ActionMap.for_env(env, record["action"]["transform"])
+        mean = torch.tensor(record["normalization"]["mean"], dtype=torch.float32)
+        std = torch.tensor(record["normalization"]["std"], dtype=torch.float32)
+        tree = tree_from_record(record["tree"]).to(env.device)
+        ev = evaluate_policies(tree, env, action_map, mean, std, episodes, length, seed=seed)
+    finally:
+        env.close()
+    return {"simulator": "brax", "episode_length": length, "returns": ev.episode_returns[0].tolist()}
+
+
+def formula_nodes(run_dir: Path, digits: int) -> dict[str, Any]:
+    """Sympy nodes per action of the simplified formulas (``policy.txt``), rebuilt from ``policy.json``."""
+    import sympy
+
+    from gprl.export import policy_expressions, readable, tree_from_record
+
+    record = json.loads((run_dir / "policy.json").read_text())
+    act, norm = record["action"], record["normalization"]
+    exprs = policy_expressions(tree_from_record(record["tree"]), norm["mean"], norm["std"], act["transform"],
+                               act["low"], act["high"], record["obs_names"])
+    forms = [readable(e, digits) for e in exprs]
+    nodes = {a: sum(1 for _ in sympy.preorder_traversal(e)) for a, e in zip(record["action_names"], forms)}
+    same = all(str(e) == record["formulas"].get(a) for a, e in zip(record["action_names"], forms))
+    return {"nodes": nodes, "nodes_total": sum(nodes.values()), "formulas": record["formulas"],
+            "formulas_match_export": same}
+
+
+def evaluate(record: dict[str, Any], episodes: int, seed: int) -> None:
+    run_dir = Path(record["run_dir"])
+    if not (run_dir / "policy.json").exists():
+        record["eval_error"] = "no exported policy (the run failed before the export)"
+        return
+    try:
+        fn = evaluate_brax if record["backend"] == "brax" else evaluate_gymnasium
+        ev = fn(run_dir, episodes, seed)
+        r = ev["returns"]
+        mean = sum(r) / len(r)
+        std = math.sqrt(sum((x - mean) ** 2 for x in r) / len(r))
+        record["eval"] = {**ev, "episodes": episodes, "seed": seed, "mean": mean, "std": std}
+        record.update(formula_nodes(run_dir, int(record.get("digits") or 4)))
+    except Exception as exc:  # noqa: BLE001  report it and go on with the other runs
+        record["eval_error"] = f"{type(exc).__name__}: {exc}"
+
+
+# ---------------------------------------------------------------- figure
+def plot(records: list[dict[str, Any]], tasks: list[str], backend: str, budget: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(len(tasks), 2)
+    rows = math.ceil(len(tasks) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4 * rows), squeeze=False)
+    for ax, task in zip(axes.flat, tasks):
+        for k, rec in enumerate(r for r in records if r["task"] == task):
+            color = f"C{k}"
+            pts = rec.get("curve") or []
+            if pts:
+                ax.step([p["wall_s"] for p in pts], [p["best_so_far"] for p in pts], where="post",
+                        color=color, label=f"seed {rec['seed']}: best training return")
+            if "eval" in rec:
+                ev = rec["eval"]
+                ax.errorbar([rec["wall_s"]], [ev["mean"]], yerr=[ev["std"]], fmt="o", color=color, capsize=3,
+                            label=f"seed {rec['seed']}: exported policy, {ev['episodes']} fresh episodes")
+        if task in EVOGP_TABLE_VIII:
+            ax.axhline(EVOGP_TABLE_VIII[task], color="k", ls="--", lw=1,
+                       label=f"EvoGP Table VIII: {EVOGP_TABLE_VIII[task]:,.0f}")
+        ax.set_title(f"{task} ({backend})")
+        ax.set_xlabel("wall-clock of the training process (s)")
+        ax.set_ylabel("return")
+        ax.grid(alpha=0.3)
+        ax.set_xlim(left=0)
+        ax.legend(fontsize=7, loc="best")
+    for ax in list(axes.flat)[len(tasks):]:
+        ax.axis("off")
+    fig.suptitle(f"gprl, {budget:g} s of evolution per run; EvoGP: population 5,000, Brax generalized, "
+                 f"1000-step episodes", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------- machine
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {"host": platform.node(), "cpu_count": os.cpu_count(),
+                            "processor": platform.processor() or platform.machine()}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["processor"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    if shutil.which("nvidia-smi"):
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, check=False)
+        info["gpus"] = [g.strip() for g in out.stdout.splitlines() if g.strip()]
+    versions = {}
+    for name in ("gprl", "torch", "jax", "brax", "mujoco", "gymnasium"):
+        try:
+            from importlib.metadata import version
+
+            versions[name] = version(name)
+        except Exception:  # noqa: BLE001  not installed
+            versions[name] = None
+    info["versions"] = versions
+    out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
+    info["commit"] = out.stdout.strip() or None
+    return info
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 epilog="Arguments after -- are passed to train.py as Hydra overrides.")
+    ap.add_argument("--out", default="outputs/bench_policies", help="folder of the runs, JSON and PNG")
+    ap.add_argument("--budget", type=float, default=600.0, help="seconds of evolution a run (gp.time_limit)")
+    ap.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
+    ap.add_argument("--backend", choices=("brax", "mujoco"), default="mujoco")
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
+    ap.add_argument("--episodes", type=int, default=10, help="fresh episodes per exported policy")
+    ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="seed of the first evaluation episode")
+    args = ap.parse_args(argv)
+    if args.budget <= 0 or args.episodes < 1:
+        ap.error("--budget must be > 0 and --episodes >= 1")
+    if any(o.lstrip("+").startswith(("gp.time_limit=", "env.backend=", "hydra.run.dir=", "seed=", "env="))
+           for o in overrides):
+        ap.error("--budget, --backend, --seeds, --tasks and --out set gp.time_limit, env.backend, seed, env "
+                 "and hydra.run.dir; do not pass them after --")
+    out = Path(args.out).resolve()
+    runs = [(task, seed, out / args.backend / task / f"seed{seed}")
+            for task in args.tasks for seed in args.seeds]
+    taken = [str(d) for _, _, d in runs if d.exists() and any(d.iterdir())]
+    if taken:
+        ap.error(f"run directories already hold files: {taken}; choose another --out or remove them")
+
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    records = []
+    for task, seed, run_dir in runs:  # every training first: evaluations here hold no GPU memory meanwhile
+        print(f"bench_policies: training {task} seed {seed} on {args.backend} ({args.budget:g} s)",
+              file=sys.stderr)
+        records.append(train(task, args.backend, seed, args.budget, run_dir, overrides))
+        rec = records[-1]
+        print(f"bench_policies: {task} seed {seed}: exit {rec['returncode']}, {rec.get('generations')} "
+              f"generations, {rec['wall_s']:.1f} s", file=sys.stderr)
+    for rec in records:
+        evaluate(rec, args.episodes, args.eval_seed)
+
+    doc = {"benchmark": "policies", "backend": args.backend, "budget_s": args.budget, "tasks": args.tasks,
+           "seeds": args.seeds, "episodes": args.episodes, "eval_seed": args.eval_seed,
+           "overrides": overrides, "started": started, "machine": machine(),
+           "evogp_table_viii": {"returns": EVOGP_TABLE_VIII, "population_size": 5000,
+                                "pipeline": "brax generalized", "episode_length": 1000},
+           "records": records}
+    png = out / f"bench_policies_{args.backend}.png"
+    plot(records, args.tasks, args.backend, args.budget, png)
+    doc["figure"] = str(png)
+    path = out / f"bench_policies_{args.backend}.json"
+    path.write_text(json.dumps(doc, indent=1))
+    print(json.dumps(doc, indent=1))
+    return doc
+
+
+if __name__ == "__main__":
+    result = main()
+    sys.exit(1 if any(r["returncode"] != 0 or "eval_error" in r for r in result["records"]) else 0)

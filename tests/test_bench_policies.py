@@ -1,0 +1,76 @@
+"""scripts/bench_policies.py on the CPU at a tiny budget (one MuJoCo task, 12 trees, 50-step episodes): the
+record's fields agree with the run's own files, and the PNG is written."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mujoco", reason="needs the mujoco extra: pip install -e '.[mujoco]'")
+pytest.importorskip("gymnasium", reason="needs the gymnasium extra: pip install -e '.[gymnasium]'")
+pytest.importorskip("matplotlib", reason="needs matplotlib (the train extra)")
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_policies.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("bench_policies", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sympy_nodes(formula: str) -> int:
+    """Nodes of a policy.txt formula, parsed from the text (the script rebuilds it from the tree instead)."""
+    import sympy
+
+    names = {n: sympy.Function(n) for n in ("gt", "lt", "ifpos")}
+    return sum(1 for _ in sympy.preorder_traversal(sympy.sympify(formula, locals=names)))
+
+
+def test_one_mujoco_task_end_to_end(tmp_path, capsys):
+    bench = load_script()
+    out = tmp_path / "bench"
+    doc = bench.main(["--out", str(out), "--budget", "2", "--tasks", "hopper", "--episodes", "3", "--",
+                      "gp.population_size=12", "env.episode_length=50"])
+    assert json.loads(capsys.readouterr().out) == json.loads((out / "bench_policies_mujoco.json").read_text())
+    assert doc["backend"] == "mujoco" and doc["evogp_table_viii"]["returns"]["hopper"] == 2659
+    png = out / "bench_policies_mujoco.png"
+    assert doc["figure"] == str(png) and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    [rec] = doc["records"]
+    run = Path(rec["run_dir"])
+    assert rec["returncode"] == 0 and "error" not in rec and "eval_error" not in rec, rec.get("error")
+    assert (rec["task"], rec["seed"], rec["budget_s"], rec["population_size"]) == ("hopper", 0, 2.0, 12)
+    assert rec["stopped_by"] == "time_limit" and rec["evolution_s"] >= 2.0
+    # the process's clock covers the trainer's: imports before, validation and export after
+    assert rec["wall_s"] > rec["elapsed_s"] >= rec["evolution_s"]
+
+    metrics = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    curve = rec["curve"]
+    assert [p["generation"] for p in curve] == list(range(rec["generations"])) == [m["generation"] for m in metrics]
+    assert [p["best_so_far"] for p in curve] == [m["best_so_far"] for m in metrics]
+    assert curve[-1]["best_so_far"] == rec["best_train_return"]
+    walls = [p["wall_s"] for p in curve]
+    assert walls == sorted(walls) and 0 < walls[0] and walls[-1] <= rec["wall_s"]
+    assert all(p["wall_s"] >= p["elapsed_s"] for p in curve)
+
+    ev = rec["eval"]
+    assert ev["simulator"] == "gymnasium" and ev["episode_length"] == 50 and ev["seed"] == bench.EVAL_SEED
+    assert len(ev["returns"]) == ev["episodes"] == 3
+    assert math.isclose(ev["mean"], sum(ev["returns"]) / 3, rel_tol=1e-12)
+    assert all(math.isfinite(r) for r in ev["returns"]) and ev["std"] >= 0
+
+    exported = json.loads((run / "policy.json").read_text())["formulas"]
+    assert rec["formulas"] == exported and rec["formulas_match_export"]
+    assert rec["nodes"] == {a: sympy_nodes(f) for a, f in exported.items()}
+    assert rec["nodes_total"] == sum(rec["nodes"].values())
+
+    # the same run directories again are refused, and so are overrides the script sets itself
+    for extra in ([], ["--out", str(tmp_path / "other"), "--", "gp.time_limit=5"]):
+        with pytest.raises(SystemExit):
+            bench.main(["--out", str(out), "--tasks", "hopper", *extra])
