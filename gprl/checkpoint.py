@@ -3,13 +3,20 @@
 A checkpoint holds the population, the GP's generation counter and archive, the task's state (e.g. the
 observation normaliser), the trainer's counters, the RNG states of torch/NumPy/Python and a *fingerprint*
 (task, environment, input/output sizes, population shape) that a resumed run must match.
+
+Checkpoints are read with ``torch.load(weights_only=True)``: tensors, plain containers and the NumPy RNG
+state only, never arbitrary objects.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
+import sys
+import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -71,18 +78,71 @@ def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
     return sorted((p for p in folder.iterdir() if _NAME.search(p.name)), key=lambda p: int(_NAME.search(p.name)[1]))
 
 
-def load_checkpoint(run_dir: str | os.PathLike) -> dict[str, Any]:
-    """The newest checkpoint of ``run_dir`` (a clear error when there is none)."""
+def _numpy_allowed():
+    """Safe loading that also admits NumPy arrays (np.random.get_state() holds a uint32 array)."""
+    rebuild = np.ndarray((0,)).__reduce__()[0]
+    allowed: list[Any] = [np.ndarray, np.dtype, type(np.dtype(np.uint32)), rebuild]
+    if torch.__version__ >= "2.6":  # (object, name): numpy 1.x and 2.x name the reconstructor differently
+        allowed += [(rebuild, "numpy.core.multiarray._reconstruct"),
+                    (rebuild, "numpy._core.multiarray._reconstruct")]
+    if not hasattr(torch.serialization, "safe_globals"):  # torch 2.4: process-wide only
+        torch.serialization.add_safe_globals(allowed)
+        return contextlib.nullcontext()
+    return torch.serialization.safe_globals(allowed)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """One checkpoint file, or a ValueError whose message is the cause in a few words."""
+    size = path.stat().st_size
+    if size == 0:
+        raise ValueError("empty file")
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; its directory is at the end
+        with open(path, "rb") as f:
+            head = f.read(4)
+        if head == b"PK\x03\x04":
+            raise ValueError(f"truncated ({size} bytes, the zip archive's end is missing)")
+        raise ValueError(f"not a torch checkpoint ({size} bytes of other data)")
+    try:
+        with warnings.catch_warnings(), _numpy_allowed():
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001  (any failure of this file is a reason to try the next one)
+        refused = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(err))
+        if refused:
+            raise ValueError(f"holds an object that safe loading refuses ({refused[1]})") from None
+        text = "" if "weights_only" in str(err) else (str(err).strip().splitlines() or [""])[0][:120]
+        raise ValueError(f"unreadable ({type(err).__name__}{': ' + text if text else ''})") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise ValueError("not a gprl checkpoint")
+    return state
+
+
+def load_checkpoint(run_dir: str | os.PathLike, skipped: list[Path] | None = None) -> dict[str, Any]:
+    """The newest intact checkpoint of ``run_dir``.
+
+    A damaged newer one (a kill while the disk filled up, a truncated copy) is skipped with one line on
+    stderr naming it and why; its path is appended to ``skipped``. A clear error when none is intact."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"resume: run directory {str(run_dir)!r} does not exist; pass resume=<run dir>")
     found = list_checkpoints(run_dir)
     if not found:
         raise FileNotFoundError(f"resume: {str(run_dir)!r} holds no checkpoints (expected checkpoints/gen_*.pt)")
-    state = torch.load(found[-1], map_location="cpu", weights_only=False)
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise ValueError(f"resume: {found[-1]} is not a gprl checkpoint")
-    return state
+    causes: list[str] = []
+    for path in reversed(found):
+        try:
+            state = _read(path)
+        except (OSError, ValueError) as err:
+            causes.append(f"{path.parent.name}/{path.name} ({err})")
+            if skipped is not None:
+                skipped.append(path)
+            continue
+        if causes:
+            print(f"gprl: resume: skipped {', '.join(causes)}; resuming from {path.parent.name}/{path.name}",
+                  file=sys.stderr, flush=True)
+        return state
+    raise ValueError(f"resume: no intact checkpoint in {str(run_dir)!r}: {'; '.join(causes)}. Copy an intact "
+                     "checkpoint into its checkpoints/ folder, or start a new run")
 
 
 def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], run_dir: str | os.PathLike) -> None:

@@ -160,10 +160,10 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
                  f"resume={run_dir} (with any number of processes).")
     main = dist.is_main
 
-    state = None
+    state, damaged = None, []
     if cfg.get("resume"):
         with dist.agree("loading the checkpoint"):
-            state = load_checkpoint(run_dir) if main else None  # raises before anything is written
+            state = load_checkpoint(run_dir, damaged) if main else None  # raises before anything is written
         state = dist.broadcast_object(state, "sharing the checkpoint")
 
     threads = cfg.get("threads", "auto")
@@ -185,6 +185,8 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
         with dist.agree("writing the run directory"):
             if main:
                 run_dir.mkdir(parents=True, exist_ok=True)
+                for path in damaged:  # set aside: neither tried again nor counted by keep_checkpoints
+                    path.replace(path.with_name(path.name + ".damaged"))
                 from omegaconf import OmegaConf
 
                 name = "config.yaml" if state is None else "config_resume.yaml"
