@@ -117,11 +117,29 @@ def _check_positive(name: str, value, allow_none: bool = True) -> None:
 
 
 def _truncate_metrics(path: Path, generation: int) -> list[dict[str, Any]]:
-    """Keeps the lines of generations < ``generation`` (a killed run may have logged past its checkpoint)."""
+    """Keeps the lines of generations < ``generation`` (a killed run may have logged past its checkpoint).
+
+    A kill while a line was written leaves it torn: the last line is dropped with a note. A damaged line
+    inside the file is a ValueError naming the file and line."""
     rows = []
-    if path.exists():
-        rows = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
-        rows = [r for r in rows if r["generation"] < generation]
+    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if not isinstance(row, dict) or not isinstance(row.get("generation"), int):
+            if i == last:
+                print(f"gprl: resume: dropped the torn last line of {path} (the run was killed while "
+                      "writing it)", file=sys.stderr, flush=True)
+                break
+            raise ValueError(f"resume: {path}, line {i + 1} is not a JSON line of generation metrics; "
+                             "delete or repair that line and resume again")
+        if row["generation"] < generation:
+            rows.append(row)
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
     os.replace(tmp, path)

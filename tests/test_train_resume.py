@@ -8,6 +8,8 @@ import pytest
 import torch
 from test_train_app import _digest, metrics, train
 
+from gprl.trainer import _truncate_metrics
+
 BASE = ["gp.generations=3", "checkpoint_every=1", "wandb.mode=disabled"]
 
 
@@ -61,3 +63,23 @@ def test_no_intact_checkpoint_is_one_clear_error(base, tmp_path):
     assert err.startswith("error: resume: no intact checkpoint in") and "weights_only" not in err
     assert "gen_000003.pt (empty file)" in err and "gen_000002.pt (truncated" in err
     assert _digest(run) == before
+
+
+def test_torn_metrics_line_is_dropped_on_resume(base, tmp_path):
+    run = copy_run(base, tmp_path)
+    (run / "checkpoints" / "gen_000003.pt").unlink()  # killed while writing generation 2's line
+    with open(run / "metrics.jsonl", "r+") as f:
+        f.truncate(len(f.read()) - 40)
+    res = train(tmp_path, "resumer", *BASE, f"resume={run}")
+    assert f"{run / 'metrics.jsonl'}" in res.stderr and "torn" in res.stderr, res.stderr[-2000:]
+    assert metrics(run) == metrics(base)
+
+
+def test_corrupt_metrics_line_inside_the_file_is_named(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"generation": 0}\n{"generation": 1\n{"generation": 2}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl.*line 2 is not a JSON"):
+        _truncate_metrics(path, 3)
+    path.write_text('{"generation": 0}\n{"generation": 1}\n{"generation": 2, "best')
+    assert _truncate_metrics(path, 2) == [{"generation": 0}, {"generation": 1}]
+    assert path.read_text() == '{"generation": 0}\n{"generation": 1}\n'
