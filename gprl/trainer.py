@@ -15,8 +15,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,7 @@ from . import distributed, envs
 from .algorithm import GeneticProgramming
 from .checkpoint import (
     check_fingerprint,
+    list_checkpoints,
     load_checkpoint,
     population_from_state,
     population_state,
@@ -116,6 +121,33 @@ def _check_positive(name: str, value, allow_none: bool = True) -> None:
         raise ValueError(f"{name} must be a positive number{' or null' if allow_none else ''}, got {value!r}")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (sent by schedulers and ``timeout``), handled like Ctrl-C: checkpoint, then exit."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Inside the block SIGTERM raises :class:`Terminated`; the previous handler is restored after.
+
+    Python can install signal handlers in the main thread only; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _exit_code(err: KeyboardInterrupt) -> int:
+    return 128 + (signal.SIGTERM if isinstance(err, Terminated) else signal.SIGINT)
+
+
 def _truncate_metrics(path: Path, generation: int) -> list[dict[str, Any]]:
     """Keeps the lines of generations < ``generation`` (a killed run may have logged past its checkpoint).
 
@@ -149,7 +181,21 @@ def _truncate_metrics(path: Path, generation: int) -> list[dict[str, Any]]:
 def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
     """Runs (or resumes) one training run; returns the summary also written to ``summary.json``.
 
-    Under torchrun every rank calls this with the same configuration (see the module docstring)."""
+    Under torchrun every rank calls this with the same configuration (see the module docstring). Ctrl-C and
+    SIGTERM end it with exit status 130/143: during the generations after writing a checkpoint, during
+    validation/export with the last one intact (both with the resume hint)."""
+    with sigterm_as_interrupt():
+        try:
+            return _run(cfg, run_dir)
+        except KeyboardInterrupt as err:  # during set-up, or a second interrupt while handling the first
+            if os.environ.get("RANK", "0") in ("", "0"):
+                folder = Path(cfg.get("resume") or run_dir)
+                hint = f": continue with resume={folder}" if list_checkpoints(folder) else ""
+                print(f"\ninterrupted{hint}")
+            raise SystemExit(_exit_code(err)) from None
+
+
+def _run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
     cfg = _plain(cfg)
     # the schema holds both sections; a run keeps only the one its task reads (config.yaml, W&B, fingerprint)
     cfg.pop("dataset" if uses_env(cfg) else "env", None)
@@ -318,15 +364,16 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
                         new = gp.step(pop, fitness)
                 pop = share(new)
                 g += 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM
         checkpoint(snap)
         if bar is not None:
             bar.close()
         tracker.finish()
         task.close()
         if main:
-            print(f"\ninterrupted: checkpoint written; continue with resume={run_dir}")
-        raise SystemExit(130) from None
+            how = " by SIGTERM" if isinstance(err, Terminated) else ""
+            print(f"\ninterrupted{how}: checkpoint written; continue with resume={run_dir}")
+        raise SystemExit(_exit_code(err)) from None
     except BaseException:
         if bar is not None:
             bar.close()
@@ -335,39 +382,46 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
     if bar is not None:
         bar.close()
 
-    result = task.finish(pop, fitness, str(run_dir))  # every rank takes part (validation); rank 0 writes
-    files = result.pop("files")
-    summary = {"stopped_by": stop, "generations": g, "total_env_steps": total_steps,
-               f"best_train_{task.score_name}": best_so_far,
-               "elapsed_s": elapsed0 + time.perf_counter() - t0, **result, "run_dir": str(run_dir),
-               "wandb": {"id": tracker.run_id, "mode": tracker.mode, "project": wcfg.get("project", "gprl"),
-                         "entity": wcfg.get("entity")},
-               "files": {k: os.path.basename(v) for k, v in files.items()}}
-    if not main:
+    try:
+        result = task.finish(pop, fitness, str(run_dir))  # every rank takes part (validation); rank 0 writes
+        files = result.pop("files")
+        summary = {"stopped_by": stop, "generations": g, "total_env_steps": total_steps,
+                   f"best_train_{task.score_name}": best_so_far,
+                   "elapsed_s": elapsed0 + time.perf_counter() - t0, **result, "run_dir": str(run_dir),
+                   "wandb": {"id": tracker.run_id, "mode": tracker.mode,
+                             "project": wcfg.get("project", "gprl"), "entity": wcfg.get("entity")},
+                   "files": {k: os.path.basename(v) for k, v in files.items()}}
+        if not main:
+            tracker.finish()
+            task.close()
+            dist.close()
+            return summary
+        rows = [json.loads(ln) for ln in metrics_path.read_text().splitlines() if ln.strip()]
+        problem = cfg["env"]["name"] if uses_env(cfg) else cfg["dataset"].get("name") or cfg["task"]["name"]
+        curve = plot_curve(rows, str(run_dir / "curve.png"), task.score_name, title=f"{problem}, seed {seed}")
+        if curve:
+            summary["files"]["curve"] = "curve.png"
+            tracker.log_image(curve, "curve", step=max(g - 1, 0))
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        headline = ("validation_return",) if task.maximize else ("test_loss", "test_accuracy", "test_r2")
+        tracker.log_formula(result.get("formulas", {}), step=g - 1,
+                            **{k: result[k] for k in headline if k in result})
+        tracker.summary({k: v for k, v in summary.items() if isinstance(v, (int, float, str))})
+        tracker.log_artifact(task.artifact, task.artifact, list(files.values()))
+        tracker.log_artifact("checkpoint", "checkpoint", [str(p) for p in list_checkpoints(run_dir)[-1:]])
         tracker.finish()
         task.close()
         dist.close()
+        shown = ("stopped_by", "generations", "best_train_return", "best_train_loss", "validation_return",
+                 "test_loss", "test_accuracy", "test_r2", "elapsed_s")
+        print(json.dumps({k: summary[k] for k in shown if k in summary}))
+        for name, formula in result.get("formulas", {}).items():
+            print(f"{name} = {formula}")
         return summary
-    rows = [json.loads(ln) for ln in metrics_path.read_text().splitlines() if ln.strip()]
-    problem = cfg["env"]["name"] if uses_env(cfg) else cfg["dataset"].get("name") or cfg["task"]["name"]
-    curve = plot_curve(rows, str(run_dir / "curve.png"), task.score_name, title=f"{problem}, seed {seed}")
-    if curve:
-        summary["files"]["curve"] = "curve.png"
-        tracker.log_image(curve, "curve", step=max(g - 1, 0))
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-    headline = ("validation_return",) if task.maximize else ("test_loss", "test_accuracy", "test_r2")
-    tracker.log_formula(result.get("formulas", {}), step=g - 1, **{k: result[k] for k in headline if k in result})
-    tracker.summary({k: v for k, v in summary.items() if isinstance(v, (int, float, str))})
-    tracker.log_artifact(task.artifact, task.artifact, list(files.values()))
-    from .checkpoint import list_checkpoints
-
-    tracker.log_artifact("checkpoint", "checkpoint", [str(p) for p in list_checkpoints(run_dir)[-1:]])
-    tracker.finish()
-    task.close()
-    dist.close()
-    print(json.dumps({k: summary[k] for k in ("stopped_by", "generations", "best_train_return", "best_train_loss",
-                                              "validation_return", "test_loss", "test_accuracy", "test_r2",
-                                              "elapsed_s") if k in summary}))
-    for name, formula in result.get("formulas", {}).items():
-        print(f"{name} = {formula}")
-    return summary
+    except KeyboardInterrupt as err:  # the checkpoint of the last generation is on disk already
+        tracker.finish()
+        task.close()
+        if main:
+            print(f"\ninterrupted during validation/export: the checkpoint of generation {g} is intact; "
+                  f"continue with resume={run_dir} to redo them")
+        raise SystemExit(_exit_code(err)) from None

@@ -1,12 +1,17 @@
 """Resuming `python train.py` after the accidents of real runs: a damaged newest checkpoint, a torn metrics
 line, SIGTERM (schedulers, `timeout`), an interrupt during validation/export, and changed search settings."""
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
-from test_train_app import _digest, metrics, train
+from test_train_app import ROOT, TINY, _digest, metrics, train
 
 from gprl.trainer import _truncate_metrics
 
@@ -83,3 +88,80 @@ def test_corrupt_metrics_line_inside_the_file_is_named(tmp_path):
     path.write_text('{"generation": 0}\n{"generation": 1}\n{"generation": 2, "best')
     assert _truncate_metrics(path, 2) == [{"generation": 0}, {"generation": 1}]
     assert path.read_text() == '{"generation": 0}\n{"generation": 1}\n'
+
+
+def test_sigterm_writes_a_checkpoint_and_resumes(tmp_path):
+    opts = ["checkpoint_every=100", "wandb.mode=disabled", "env.episode_length=150"]
+    proc = train(tmp_path, "run", "gp.generations=100000", *opts, wait=False)
+    metrics_file = tmp_path / "run" / "metrics.jsonl"
+    deadline = time.time() + 200
+    while time.time() < deadline and proc.poll() is None and not (
+            metrics_file.exists() and len(metrics_file.read_text().splitlines()) >= 2):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, out[-2000:]
+    assert "checkpoint written" in out and f"resume={tmp_path / 'run'}" in out and "Traceback" not in out
+    (ckpt,) = (tmp_path / "run" / "checkpoints").iterdir()  # no periodic checkpoint was due
+    done = int(ckpt.stem.split("_")[1])
+    assert done >= 1
+    train(tmp_path, "resumer", f"gp.generations={done + 1}", *opts, f"resume={tmp_path / 'run'}")
+    assert [r["generation"] for r in metrics(tmp_path / "run")] == list(range(done + 1))
+
+
+# train.py whose export is interrupted by the given signal (sent by the process to itself, so it lands there)
+INTERRUPTED_EXPORT = """
+import os, signal, sys, time, runpy
+from gprl.tasks import PolicyTask
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal, even under a background job
+def finish(self, *args, **kwargs):
+    os.kill(os.getpid(), signal.{sig})
+    time.sleep(60)
+PolicyTask.finish = finish
+sys.argv = ["train.py", *{argv!r}]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_interrupt_during_export_exits_with_the_resume_hint(base, tmp_path, sig):
+    run = tmp_path / "run"
+    argv = [f"hydra.run.dir={run}", *TINY, "progress=false", *BASE]
+    env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0"}
+    res = subprocess.run([sys.executable, "-c", INTERRUPTED_EXPORT.format(sig=sig, argv=argv)],
+                         check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert res.returncode == 128 + getattr(signal, sig), res.stdout[-2000:] + res.stderr[-2000:]
+    assert "Traceback" not in res.stderr + res.stdout and f"resume={run}" in res.stdout
+    assert not (run / "summary.json").exists()
+    # export only, from the intact checkpoint of generation 3
+    train(tmp_path, "resumer", *BASE, f"resume={run}")
+    assert metrics(run) == metrics(base)
+    assert (run / "policy.py").read_text() == (base / "policy.py").read_text()
+
+
+def test_sigterm_handler_is_restored_and_main_thread_only():
+    from gprl.trainer import sigterm_as_interrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt), sigterm_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    assert signal.getsignal(signal.SIGTERM) is before
+    import threading
+
+    errors = []
+
+    def other_thread():
+        try:
+            with sigterm_as_interrupt():
+                pass
+        except Exception as err:  # noqa: BLE001
+            errors.append(err)
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join()
+    assert errors == [] and signal.getsignal(signal.SIGTERM) is before
