@@ -2,7 +2,8 @@
 
 A checkpoint holds the population, the GP's generation counter and archive, the task's state (e.g. the
 observation normaliser), the trainer's counters, the RNG states of torch/NumPy/Python and a *fingerprint*
-(task, environment, input/output sizes, population shape) that a resumed run must match.
+(task, environment, input/output sizes, population shape) that a resumed run must match, plus the
+settings that steer the search (:func:`search_config`), which a resumed run may change only on purpose.
 
 Checkpoints are read with ``torch.load(weights_only=True)``: tensors, plain containers and the NumPy RNG
 state only, never arbitrary objects.
@@ -153,3 +154,63 @@ def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], run_dir: s
         raise ValueError(f"resume: the run in {str(run_dir)!r} does not match this configuration ("
                          + "; ".join(diffs) + "). Resume with the run's own settings (see its config.yaml) or "
                          "start a new run; the old run was left untouched.")
+
+
+# Settings a resumed run may change freely: stopping rules, bookkeeping, logging, where it runs, and the final
+# validation and export. Every other setting steers the search: a change makes the continued run another run.
+FREE_SETTINGS = frozenset({
+    "resume", "resume_allow_changes", "checkpoint_every", "keep_checkpoints", "progress", "wandb", "threads",
+    "device", "dist", "gp.generations", "gp.time_limit", "gp.target_return", "env.per_backend",
+    "task.digits", "task.validation_episodes"})
+_UNSET = "<unset>"
+
+
+def search_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The settings of the (resolved) run configuration that steer the search, as stored in checkpoints."""
+    out: dict[str, Any] = {}
+    for key, value in cfg.items():
+        if key in FREE_SETTINGS:
+            continue
+        if isinstance(value, dict) and key in ("gp", "env", "task", "dataset"):
+            value = {k: v for k, v in value.items() if f"{key}.{k}" not in FREE_SETTINGS}
+        out[key] = value
+    return out
+
+
+def _diff(old: Any, new: Any, key: str, out: dict[str, tuple[Any, Any]]) -> None:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for k in sorted(set(old) | set(new), key=str):
+            _diff(old.get(k, _UNSET), new.get(k, _UNSET), f"{key}.{k}", out)
+    elif old != new:
+        out[key] = (old, new)
+
+
+def config_changes(saved: dict[str, Any] | None, current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``{dotted key: (run's value, this configuration's)}`` for every stored search setting that differs.
+
+    Only what the checkpoint stores is compared: settings added to the schema later, and checkpoints written
+    before settings were stored (``saved`` None), change nothing."""
+    out: dict[str, tuple[Any, Any]] = {}
+    for key, old in (saved or {}).items():
+        new = current.get(key, _UNSET)
+        if isinstance(old, dict) and isinstance(new, dict) and key in ("gp", "env", "task", "dataset"):
+            for k, v in old.items():
+                _diff(v, new.get(k, _UNSET), f"{key}.{k}", out)
+        else:
+            _diff(old, new, key, out)
+    return out
+
+
+def check_config(saved: dict[str, Any] | None, current: dict[str, Any], run_dir: str | os.PathLike,
+                 allow: bool = False) -> dict[str, dict[str, Any]]:
+    """The search settings changed since the checkpoint, ``{key: {"run": old, "now": new}}``; a ValueError
+    listing them unless ``allow`` (``resume_allow_changes=true``)."""
+    changes = config_changes(saved, current)
+    if changes and not allow:
+        listed = ", ".join(f"{k} (run {a!r}, now {b!r})" for k, (a, b) in changes.items())
+        raise ValueError(f"resume: this configuration changes settings that steer the search of the run in "
+                         f"{str(run_dir)!r}: {listed}. Resume with the run's own settings (see its "
+                         "config.yaml), or pass resume_allow_changes=true to continue with these changes on "
+                         "purpose (recorded in config_resume.yaml and summary.json); the run was left "
+                         "untouched.")
+    return {k: {"run": a, "now": b} for k, (a, b) in changes.items()}

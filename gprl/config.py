@@ -110,6 +110,7 @@ class TrainSchema:
     device: str = "auto"
     threads: Any = "auto"
     resume: str | None = None
+    resume_allow_changes: bool = False  # resume with changed search settings on purpose (recorded in the run)
     checkpoint_every: int = 5
     keep_checkpoints: int = 2
     progress: bool = True

@@ -29,12 +29,14 @@ import torch
 from . import distributed, envs
 from .algorithm import GeneticProgramming
 from .checkpoint import (
+    check_config,
     check_fingerprint,
     list_checkpoints,
     load_checkpoint,
     population_from_state,
     population_state,
     save_checkpoint,
+    search_config,
     set_rng_states,
 )
 from .population import Population
@@ -244,8 +246,11 @@ def _run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
         with dist.agree("setting up the task"):
             task = make_task(cfg, dist)
         fingerprint = {**task.fingerprint(), "population_size": pop_size, "max_len": int(gp_cfg["max_len"])}
-        if state is not None:
-            check_fingerprint(state["fingerprint"], fingerprint, run_dir)  # the same on every rank
+        search = search_config(cfg)  # stored in every checkpoint: a resume changes it only on purpose
+        changes: dict[str, dict[str, Any]] = {}
+        if state is not None:  # the same checks on every rank
+            check_fingerprint(state["fingerprint"], fingerprint, run_dir)
+            changes = check_config(state.get("config"), search, run_dir, bool(cfg.get("resume_allow_changes")))
         with dist.agree("writing the run directory"):
             if main:
                 run_dir.mkdir(parents=True, exist_ok=True)
@@ -254,7 +259,12 @@ def _run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
                 from omegaconf import OmegaConf
 
                 name = "config.yaml" if state is None else "config_resume.yaml"
-                OmegaConf.save(OmegaConf.create(cfg), run_dir / name)
+                OmegaConf.save(OmegaConf.create({**cfg, "resume_changes": changes} if changes else cfg),
+                               run_dir / name)
+                if changes:
+                    print("gprl: resume: continuing with changed search settings (resume_allow_changes=true): "
+                          + ", ".join(f"{k} (run {c['run']!r}, now {c['now']!r})" for k, c in changes.items()),
+                          file=sys.stderr, flush=True)
                 print(banner(cfg, str(task.device), str(run_dir), None if state is None else int(state["generation"])),
                       flush=True)
     except BaseException:
@@ -275,6 +285,7 @@ def _run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
         pop = share(gp.init() if main else None)
         start_gen, elapsed0, total_steps, wandb_id = 0, 0.0, 0, None
         best_so_far = -math.inf if task.maximize else math.inf
+        resume_changes: list[dict[str, Any]] = []
         if main:
             metrics_path.write_text("")
     else:
@@ -286,6 +297,9 @@ def _run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
         task.load_state_dict(state["task"])
         elapsed0, total_steps, best_so_far = state["elapsed"], state["total_env_steps"], state["best_so_far"]
         wandb_id = state.get("wandb_id")
+        # every continuation with changed settings, in order (the run's record of them)
+        resume_changes = [*state.get("resume_changes", []),
+                          *([{"generation": start_gen, "changes": changes}] if changes else [])]
         if main:
             _truncate_metrics(metrics_path, start_gen)
 
@@ -298,7 +312,8 @@ def _run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
         # the consistent state *before* evaluating ``generation``: what Ctrl-C and periodic checkpoints save
         if not main:
             return None
-        return {"generation": generation, "fingerprint": fingerprint,
+        return {"generation": generation, "fingerprint": fingerprint, "config": search,
+                "resume_changes": resume_changes,
                 "population": {k: v.clone() if torch.is_tensor(v) else v for k, v in population_state(pop).items()},
                 "archive_loss": gp.archive.loss.cpu().clone(), "archive_trees": population_state(gp.archive.trees),
                 "task": task.state_dict(), "elapsed": elapsed0 + time.perf_counter() - t0,
@@ -390,7 +405,8 @@ def _run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
                    "elapsed_s": elapsed0 + time.perf_counter() - t0, **result, "run_dir": str(run_dir),
                    "wandb": {"id": tracker.run_id, "mode": tracker.mode,
                              "project": wcfg.get("project", "gprl"), "entity": wcfg.get("entity")},
-                   "files": {k: os.path.basename(v) for k, v in files.items()}}
+                   "files": {k: os.path.basename(v) for k, v in files.items()},
+                   **({"resume_changes": resume_changes} if resume_changes else {})}
         if not main:
             tracker.finish()
             task.close()

@@ -1,6 +1,7 @@
 """Resuming `python train.py` after the accidents of real runs: a damaged newest checkpoint, a torn metrics
 line, SIGTERM (schedulers, `timeout`), an interrupt during validation/export, and changed search settings."""
 
+import json
 import os
 import shutil
 import signal
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from test_train_app import ROOT, TINY, _digest, metrics, train
 
 from gprl.trainer import _truncate_metrics
@@ -165,3 +167,47 @@ def test_sigterm_handler_is_restored_and_main_thread_only():
     t.start()
     t.join()
     assert errors == [] and signal.getsignal(signal.SIGTERM) is before
+
+
+def test_resume_with_changed_search_settings_is_refused(base, tmp_path):
+    run = copy_run(base, tmp_path)
+    before = _digest(run)
+    res = train(tmp_path, "resumer", *BASE, f"resume={run}", "seed=1", "gp.functions=[add,mul]",
+                "gp.rates.crossover=0.4", check=False)
+    assert res.returncode != 0
+    err = res.stderr.strip().splitlines()[-1]
+    assert err.startswith("error: resume: this configuration changes settings that steer the search"), err
+    functions = ("gp.functions (run ['add', 'sub', 'mul', 'div', 'tanh', 'max', 'min', 'gt'], "
+                 "now ['add', 'mul'])")
+    for part in ("seed (run 0, now 1)", functions, "gp.rates.crossover (run 0.5, now 0.4)",
+                 "resume_allow_changes=true"):
+        assert part in err
+    assert _digest(run) == before
+    # stopping rules and bookkeeping stay free to change
+    train(tmp_path, "free", *BASE, f"resume={run}", "gp.generations=4", "keep_checkpoints=3",
+          "checkpoint_every=2", "progress=true", "threads=1")
+    assert [r["generation"] for r in metrics(run)] == [0, 1, 2, 3]
+
+
+def test_resume_allow_changes_continues_and_records_them(base, tmp_path):
+    run = copy_run(base, tmp_path)
+    res = train(tmp_path, "resumer", *BASE, f"resume={run}", "gp.generations=4", "seed=1",
+                "resume_allow_changes=true")
+    assert "seed (run 0, now 1)" in res.stdout + res.stderr
+    record = {"generation": 3, "changes": {"seed": {"run": 0, "now": 1}}}
+    assert yaml.safe_load((run / "config_resume.yaml").read_text())["resume_changes"] == record["changes"]
+    assert json.loads((run / "summary.json").read_text())["resume_changes"] == [record]
+    state = torch.load(run / "checkpoints" / "gen_000004.pt", weights_only=False)
+    assert state["config"]["seed"] == 1 and state["resume_changes"] == [record]
+
+
+def test_checkpoint_without_stored_settings_still_resumes(base, tmp_path):
+    """Checkpoints written before the search settings were stored: nothing to compare, the run continues."""
+    run = copy_run(base, tmp_path)
+    path = run / "checkpoints" / "gen_000003.pt"
+    state = torch.load(path, weights_only=False)
+    for key in ("config", "resume_changes"):
+        state.pop(key, None)
+    torch.save(state, path)
+    train(tmp_path, "resumer", *BASE, f"resume={run}", "gp.generations=4")
+    assert [r["generation"] for r in metrics(run)] == [0, 1, 2, 3]
