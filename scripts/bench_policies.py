@@ -212,8 +212,10 @@ def plot(records: list[dict[str, Any]], tasks: list[str], backend: str, budget: 
             color = f"C{k}"
             pts = rec.get("curve") or []
             if pts:
-                ax.step([p["wall_s"] for p in pts], [p["best_so_far"] for p in pts], where="post",
-                        color=color, label=f"seed {rec['seed']}: best training return")
+                # held until the process ends (validation and export come after the last generation)
+                xs, ys = [p["wall_s"] for p in pts] + [rec["wall_s"]], [p["best_so_far"] for p in pts]
+                ax.step(xs, ys + ys[-1:], where="post", color=color,
+                        label=f"seed {rec['seed']}: best training return")
             if "eval" in rec:
                 ev = rec["eval"]
                 ax.errorbar([rec["wall_s"]], [ev["mean"]], yerr=[ev["std"]], fmt="o", color=color, capsize=3,
