@@ -48,8 +48,8 @@ def _import_jax() -> Any:
 
 class ClipCompatNumpy:
     """``jax.numpy`` as one module sees it: every name is JAX's own, except a ``clip`` that also takes the
-    ``a_min``/``a_max`` keywords (which JAX 0.10 no longer takes). Installed as one Brax module's ``jp``, so nothing else
-    in JAX changes."""
+    ``a_min``/``a_max`` keywords (which JAX 0.10 no longer takes). Installed as one Brax module's ``jp``, so
+    nothing else in JAX changes."""
 
     def __init__(self, jnp: Any) -> None:
         self._jnp = jnp

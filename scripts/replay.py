@@ -93,9 +93,9 @@ def replay_brax(policy, meta: dict, episodes: int, seed: int, episode_length: in
 
 
 def _brax_clip_compat() -> None:
-    """Brax 0.14's fluid forces (the swimmer) call ``jnp.clip(x, a_min=...)``, which JAX 0.10 rejects: brax.fluid
-    alone gets a jax.numpy whose clip takes a_min/a_max (what gprl.envs.brax_env.patch_brax_for_jax does, here
-    without gprl)."""
+    """Brax 0.14's fluid forces (the swimmer) call ``jnp.clip(x, a_min=...)``, which JAX 0.10 rejects:
+    brax.fluid alone gets a jax.numpy whose clip takes a_min/a_max (what gprl.envs.brax_env.patch_brax_for_jax
+    does, here without gprl)."""
     import inspect
 
     import jax.numpy as jnp
