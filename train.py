@@ -1,6 +1,6 @@
-"""Evolve an interpretable policy: ``python train.py env=hopper`` (Hydra app; see configs/ and gprl.trainer).
+"""Evolve an interpretable policy: ``python train.py env=hopper`` (Hydra app; see configs/ and gprl.train.trainer).
 
-Several processes, one search: ``torchrun --nproc_per_node=K train.py ...`` (gprl.distributed)."""
+Several processes, one search: ``torchrun --nproc_per_node=K train.py ...`` (gprl.train.distributed)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from gprl.config import register
+from gprl.train.config import register
 
 register()  # typed schema: Hydra rejects wrong override types
 
@@ -33,8 +33,8 @@ def _no_output_for_other_ranks() -> None:
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="config")
 def main(cfg: DictConfig) -> None:
-    from gprl.distributed import DistributedError
-    from gprl.trainer import run
+    from gprl.train.distributed import DistributedError
+    from gprl.train.trainer import run
 
     try:
         run(cfg, HydraConfig.get().runtime.output_dir)

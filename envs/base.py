@@ -18,7 +18,7 @@ Episode bookkeeping is the same for every backend and lives here, so that evalua
 
 Seeding follows Gymnasium's vector convention on every backend but Genesis: ``reset(seed)`` starts environment
 ``i`` from the seed ``seed + i``. So environments ``[a, b)`` of a batch are reproduced exactly by a batch of
-``b - a`` environments reset with ``seed + a``: how a distributed run (:mod:`gprl.distributed`) gives each
+``b - a`` environments reset with ``seed + a``: how a distributed run (:mod:`gprl.train.distributed`) gives each
 process a shard of the batch without changing any episode. (Genesis draws the batch's noise from one generator.)
 
 The tensors a step returns are the caller's: a later step never rewrites them.
@@ -43,7 +43,7 @@ StepResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 def canonical_device(device: torch.device | str) -> torch.device:
     """The device as tensors on it report it: "cuda" -> "cuda:<current>" (the action checks compare devices).
 
-    Unlike ``gprl.devices.canonical_device`` it allocates nothing, so a device no simulator supports still
+    Unlike ``gprl.core.devices.canonical_device`` it allocates nothing, so a device no simulator supports still
     reaches the backend's own error message."""
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:

@@ -1,1 +1,1 @@
-"""C++ and CUDA sources of the gprl custom ops (compiled on first use by gprl._build)."""
+"""C++ and CUDA sources of the gprl custom ops (compiled on first use by gprl.backend.build)."""

@@ -56,8 +56,8 @@ from bench_eval import FUNCTIONS, time_call
 
 import gprl
 from gprl import Dataset, GeneticProgramming, Population
-from gprl.functions import FUNCTIONS as FUNCTION_TABLE
-from gprl.objectives import RegressionObjective
+from gprl.core.functions import FUNCTIONS as FUNCTION_TABLE
+from gprl.sr.objectives import RegressionObjective
 
 ENGINES = ("gprl", "pyoperon", "gplearn", "deap", "tensorgp")
 PEER_MODULES = {"pyoperon": "pyoperon", "gplearn": "gplearn", "deap": "deap", "tensorgp": "tensorgp"}

@@ -18,7 +18,7 @@ as a subprocess and measures:
 * ``eval``: the exported policy on ``--episodes`` fresh full-length episodes (the run's final episode
   length), starting from seeds no training or validation episode uses (``--eval-seed`` + e). MuJoCo runs:
   ``policy.py`` in Gymnasium's v5 environments (``scripts/replay.py``); Brax runs: the tree of
-  ``policy.json`` with its normalisation and action map through ``gprl.envs`` and ``gprl.policy`` on Brax.
+  ``policy.json`` with its normalisation and action map through ``gprl.envs`` and ``gprl.rl.policy`` on Brax.
 * ``nodes``: per action, the sympy nodes (``preorder_traversal``) of the simplified formula that
   ``policy.txt`` shows, rebuilt from the exported tree by the export's own functions; ``tree_length`` is
   the tree's node count before simplification.
@@ -144,8 +144,8 @@ def evaluate_brax(run_dir: Path, episodes: int, seed: int) -> dict[str, Any]:
     import gprl.envs as genvs
     import torch
 
-    from gprl.export import tree_from_record
-    from gprl.policy import ActionMap, evaluate_policies
+    from gprl.rl.export import tree_from_record
+    from gprl.rl.policy import ActionMap, evaluate_policies
 
     record = json.loads((run_dir / "policy.json").read_text())
     meta = record["meta"]
@@ -167,7 +167,7 @@ def formula_nodes(run_dir: Path, digits: int) -> dict[str, Any]:
     """Sympy nodes per action of the simplified formulas (``policy.txt``), rebuilt from ``policy.json``."""
     import sympy
 
-    from gprl.export import policy_expressions, readable, tree_from_record
+    from gprl.rl.export import policy_expressions, readable, tree_from_record
 
     record = json.loads((run_dir / "policy.json").read_text())
     act, norm = record["action"], record["normalization"]

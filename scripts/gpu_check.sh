@@ -34,7 +34,7 @@ fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$OUT/build.log" 2>&1
 nvidia-smi -L | tee -a "$OUT/build.log"
 start=$(date +%s)
-python3 -c "import gprl.ops, gprl._build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/build.log"
+python3 -c "import gprl.backend.ops, gprl.backend.build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/build.log"
 echo "build seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/build.log"
 timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider "${@:-tests}" 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 30
 if [ -z "${SKIP_SANITIZER:-}" ]; then

@@ -54,7 +54,7 @@ python3 -c "import hydra, omegaconf, tqdm, $BACKEND" 2>>"$OUT/report.txt" || {
   echo "missing hydra-core/omegaconf/tqdm/$BACKEND: install them or put their wheels in $WHEELS (see scripts/gpu_train_check.sh)" | tee -a "$OUT/report.txt"
   exit 1; }
 start=$(date +%s)
-python3 -c "import gprl.ops, gprl._build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/report.txt"
+python3 -c "import gprl.backend.ops, gprl.backend.build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/report.txt"
 echo "kernel build seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/report.txt"
 
 # fixed episode length (no schedule), validation in the training batch (no second compilation)

@@ -23,7 +23,7 @@ mkdir -p "$OUT"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE:-$PWD/.gprl_cache} PYTHONUNBUFFERED=1
 nvidia-smi -L | tee "$OUT/sr_build.log"
 start=$(date +%s)
-python3 -c "import gprl.ops, gprl._build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/sr_build.log"
+python3 -c "import gprl.backend.ops, gprl.backend.build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/sr_build.log"
 echo "build seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/sr_build.log"
 timeout 420 python3 scripts/sr_check.py --device cuda --out "$OUT/sr_check.json" "$@" 2>&1 | tee "$OUT/sr_check.log"
 cat "$OUT/sr_check.json" 2>/dev/null || echo "sr_check.json missing: see $OUT/sr_check.log"

@@ -32,7 +32,7 @@ budget() { local b=$(( $(left) - $1 )); echo $(( b > $2 ? b : $2 )); }  # time l
 # 1. build.log: device, build, calibration time from an empty strategy cache
 nvidia-smi -L | tee "$OUT/build.log"
 start=$(date +%s)
-python3 -c "import gprl.ops, gprl._build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/build.log"
+python3 -c "import gprl.backend.ops, gprl.backend.build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/build.log"
 echo "build seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/build.log"
 rm -rf "$GPRL_CACHE/strategy"
 python3 - <<'PY' 2>&1 | tee -a "$OUT/build.log"

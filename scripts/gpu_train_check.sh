@@ -47,7 +47,7 @@ python3 -c "import hydra, omegaconf, tqdm" 2>>"$OUT/report.txt" || {
   echo "missing hydra-core/omegaconf/tqdm: install them or put their wheels in $WHEELS (see the header of this script)" | tee -a "$OUT/report.txt"
   exit 1; }
 start=$(date +%s)
-python3 -c "import gprl.ops, gprl._build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/report.txt"
+python3 -c "import gprl.backend.ops, gprl.backend.build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/report.txt"
 echo "kernel build seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/report.txt"
 
 # Wall clock from here: JAX compilation, evolution, validation and export included.

@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_eval's workloa
 from bench_eval import FUNCTIONS, queued_host_us, time_call
 
 from gprl import Dataset, Population, strategy
-from gprl.ops import ops
-from gprl.population import METRICS
+from gprl.backend.ops import ops
+from gprl.core.population import METRICS
 
 
 def event_us(fn) -> float:

@@ -11,8 +11,8 @@ import time
 import torch
 
 import gprl
-from gprl.ops import ops
-from gprl.variation import OPS, VariationParams, _weights_tensor
+from gprl.backend.ops import ops
+from gprl.evolve.variation import OPS, VariationParams, _weights_tensor
 
 
 def cuda_ms(fn, repeats: int = 20) -> float:

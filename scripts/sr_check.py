@@ -21,7 +21,7 @@ import torch
 from sklearn.metrics import accuracy_score, mean_squared_error
 
 import gprl
-from gprl.estimators import resolve_device
+from gprl.sr.estimators import resolve_device
 
 
 def feynman(args) -> dict:

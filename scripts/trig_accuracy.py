@@ -21,7 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout's gprl
 
 from gprl import Population
-from gprl.ops import ops
+from gprl.backend.ops import ops
 
 
 def inputs(n: int, seed: int) -> dict[str, np.ndarray]:

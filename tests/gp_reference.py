@@ -3,7 +3,7 @@ and subtree sizes recomputed from the prefix structure (not from the kernels' si
 
 import numpy as np
 
-from gprl.functions import ARITY
+from gprl.core.functions import ARITY
 
 FUNC = 3
 

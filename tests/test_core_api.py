@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gprl import Population
-from gprl.functions import BY_NAME
+from gprl.core.functions import BY_NAME
 
 
 def opcheck_all(device):

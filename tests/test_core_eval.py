@@ -7,7 +7,7 @@ import torch
 
 import gprl
 from gprl import Population
-from gprl.functions import BY_NAME
+from gprl.core.functions import BY_NAME
 
 ALL = list(BY_NAME)
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import gprl
-import gprl.ops
+import gprl.backend.ops
 from gprl import Population, strategy
-from gprl.strategy import IDS, PROBE_D, PROBE_P, CostModel, calibrate, names
+from gprl.backend.strategy import IDS, PROBE_D, PROBE_P, CostModel, calibrate, names
 
 CUDA0 = torch.device("cuda", 0)  # a device object only: nothing here touches a GPU
 KERNEL_CACHE = os.environ.get("GPRL_CACHE")  # before the fixture points GPRL_CACHE at a temporary folder
@@ -46,7 +46,7 @@ def true_best(op, P, D, n_out=1):
 
 @pytest.fixture(autouse=True)
 def clean_state(monkeypatch, tmp_path):
-    gprl._build.load()  # the kernels stay in the real cache; calibration files go to tmp_path
+    gprl.backend.build.load()  # the kernels stay in the real cache; calibration files go to tmp_path
     monkeypatch.setenv("GPRL_CACHE", str(tmp_path))
     monkeypatch.setattr(strategy, "_device_name", lambda index: f"FakeGPU {index}")
     strategy.reset()
@@ -127,7 +127,7 @@ def test_overrides_reach_the_ops(monkeypatch):
     pop, data, X = small_problem()
     multi = Population.random(30, 3, 2, max_len=32, seed=0)
     spy = Spy()
-    monkeypatch.setattr(gprl.ops, "ops", spy)  # Population's calls look torch.ops.gprl up here
+    monkeypatch.setattr(gprl.backend.ops, "ops", spy)  # Population's calls look torch.ops.gprl up here
     Xb = X[None].expand(30, -1, -1)
     pop.fitness(data)
     pop.forward(X)

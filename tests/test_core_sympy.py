@@ -6,7 +6,7 @@ import sympy
 import torch
 
 from gprl import Population
-from gprl.functions import BY_NAME, NUMPY_FUNCTIONS
+from gprl.core.functions import BY_NAME, NUMPY_FUNCTIONS
 
 ALL = list(BY_NAME)
 

@@ -50,7 +50,7 @@ def test_archive_keeps_best_loss_per_length_and_its_front():
 def test_same_seed_same_population_after_50_generations(selection):
     def run(seed):
         gp = GeneticProgramming(1, pop_size=200, max_len=48, max_depth=10, selection=selection, seed=seed,
-                                parsimony=0.001, rates={**gprl.algorithm.DEFAULT_RATES, "crossover": 0.7,
+                                parsimony=0.001, rates={**gprl.evolve.algorithm.DEFAULT_RATES, "crossover": 0.7,
                                                         "subtree": 0.1})
         pop = gp.init()
         for _ in range(50):
@@ -147,7 +147,7 @@ def reference_archive_update(archive, population, loss):
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_archive_update_equals_the_unfused_reference(device):
-    from gprl.algorithm import ParetoArchive
+    from gprl.evolve.algorithm import ParetoArchive
 
     g = torch.Generator().manual_seed(5)
     archive = ParetoArchive(2, 1, 32, "cpu")

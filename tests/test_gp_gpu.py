@@ -5,7 +5,7 @@ import torch
 
 import gprl
 from gprl import OPS, GeneticProgramming, VariationParams, vary
-from gprl.functions import BY_NAME
+from gprl.core.functions import BY_NAME
 
 pytestmark = pytest.mark.gpu
 ALL = list(BY_NAME)

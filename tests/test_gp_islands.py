@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gprl import GeneticProgramming, Population
-from gprl.population import KIND_MASK, VAR
+from gprl.core.population import KIND_MASK, VAR
 
 I, S = 4, 12  # islands, trees per island
 

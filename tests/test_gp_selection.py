@@ -108,7 +108,7 @@ def test_selection_is_seeded_and_validates_arguments():
 
 def reference_tournament(loss, n, size, seed):
     """The unfused formulation: Philox uniforms -> contestants -> first argmin (independent of the kernel)."""
-    u = gprl.ops.ops.uniform(loss, n * size, seed)
+    u = gprl.backend.ops.ops.uniform(loss, n * size, seed)
     contestants = (u.double() * len(loss)).long().clamp_(0, len(loss) - 1).view(n, size)
     return contestants.gather(1, loss[contestants].argmin(dim=1, keepdim=True)).squeeze(1)
 
@@ -122,5 +122,5 @@ def test_fused_tournament_equals_the_unfused_formulation(device):
         loss[torch.rand(P, generator=g) < 0.1] = float("inf")
         loss = loss.to(device)
         for seed in (0, 12345, 2**61 + 7):
-            got = gprl.ops.ops.tournament(loss, n, size, seed)
+            got = gprl.backend.ops.ops.tournament(loss, n, size, seed)
             assert torch.equal(got.cpu(), reference_tournament(loss, n, size, seed).cpu()), (P, n, size, seed)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import gprl
 from gprl import OPS, Population, VariationParams, vary
-from gprl.functions import ARITY, BY_NAME
+from gprl.core.functions import ARITY, BY_NAME
 
 ALL = list(BY_NAME)
 RANDOM_OPS = [code for name, code in OPS.items() if name != "exchange"]

@@ -1,4 +1,4 @@
-"""Local constant optimisation (gprl.constants): Levenberg–Marquardt on trees' constants against known optima
+"""Local constant optimisation (gprl.evolve.constants): Levenberg–Marquardt on trees' constants against known optima
 (scikit-learn's unpenalised logistic regression, least squares, least absolute deviations), the regression
 objective's derivatives, the monotone loss guarantee, and the classifier and regressor options."""
 
@@ -11,7 +11,7 @@ from sklearn.linear_model import LogisticRegression, QuantileRegressor
 from sklearn.metrics import log_loss
 
 import gprl
-from gprl.constants import best_distinct, constant_slots, optimize_constants
+from gprl.evolve.constants import best_distinct, constant_slots, optimize_constants
 
 
 def _logistic_data(seed: int = 0, n: int = 600):
@@ -32,7 +32,7 @@ def test_wrong_constants_go_to_the_maximum_likelihood_fit():
     optimum = log_loss(y, lr.predict_proba(X))
     assert loss[0] < before[0] - 0.05
     assert loss[0].item() == pytest.approx(optimum, abs=1e-5)
-    got = np.sort(tuned.value[0][(tuned.kind[0] & 3) == gprl.population.CONST].numpy())
+    got = np.sort(tuned.value[0][(tuned.kind[0] & 3) == gprl.core.population.CONST].numpy())
     want = np.sort(np.r_[lr.coef_[0, 0], -lr.coef_[0, 1], lr.intercept_[0]])  # x0*c0 - x1*c1 + c2
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
     assert tuned[1].equal(trees[1]) and loss[1] == before[1]
@@ -52,7 +52,7 @@ def test_softmax_and_scaled_objectives_decrease_monotonically():
         tuned, loss = optimize_constants(pop, objective, iterations=5)
         assert (loss <= before).all()
         np.testing.assert_allclose(objective(tuned).numpy(), loss.numpy(), rtol=1e-6)
-        has_const = ((pop.kind & 3) == gprl.population.CONST).any(1) & torch.isfinite(before)
+        has_const = ((pop.kind & 3) == gprl.core.population.CONST).any(1) & torch.isfinite(before)
         improved = (loss[has_const] < before[has_const] - 1e-4).float().mean()
         # unscaled, every tree with a constant can shift or scale its logits; scaled, constants that only
         # shift or scale an output are absorbed by the fitted bias and scale
@@ -94,7 +94,7 @@ def _quadratic_data(seed: int = 0, n: int = 300, noise: float = 0.05):
 
 def _constants(trees, i: int = 0) -> np.ndarray:
     """Tree ``i``'s constants in prefix order."""
-    return trees.value[i][(trees.kind[i] & 3) == gprl.population.CONST].numpy()
+    return trees.value[i][(trees.kind[i] & 3) == gprl.core.population.CONST].numpy()
 
 
 def _weighted_lstsq(F, y, w=None):

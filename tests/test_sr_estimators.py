@@ -15,7 +15,7 @@ from sklearn.metrics import accuracy_score, log_loss, mean_squared_error
 from sklearn.utils.estimator_checks import check_estimator
 
 import gprl
-from gprl.estimators import pareto_scores, select_model
+from gprl.sr.estimators import pareto_scores, select_model
 
 SMALL = {"population_size": 200, "generations": 10, "random_state": 0}
 

@@ -1,4 +1,4 @@
-"""Logistic output scaling (gprl.scaling): the batched Newton fit against scikit-learn, the objective's
+"""Logistic output scaling (gprl.sr.scaling): the batched Newton fit against scikit-learn, the objective's
 use of it, and a scaled classifier's exported formula."""
 
 import numpy as np
@@ -9,7 +9,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import log_loss
 
 import gprl
-from gprl.scaling import fit_logistic_scaling
+from gprl.sr.scaling import fit_logistic_scaling
 
 
 def _outputs(n_out: int, seed: int):

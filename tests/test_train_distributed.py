@@ -17,8 +17,8 @@ import torch
 from test_train_app import ROOT, TINY, assert_same_final_population, metrics, run_train
 
 from gprl import Population, distributed
-from gprl.distributed import Dist, ordered_sum, shard_bounds
-from gprl.tasks import PolicyTask
+from gprl.train.distributed import Dist, ordered_sum, shard_bounds
+from gprl.train.tasks import PolicyTask
 
 # 11 trees (uneven shards), 2 episodes each, episodes long enough that a run can be killed in the middle
 POLICY = [*TINY, "gp.population_size=11", "env.episodes=2", "env.episode_length=120", "gp.generations=6",

@@ -13,10 +13,10 @@ import torch
 
 import gprl
 from gprl import functions as F
-from gprl.checkpoint import check_fingerprint, list_checkpoints, load_checkpoint, save_checkpoint
-from gprl.export import export_policy, policy_expressions, safe_names, tree_from_record
-from gprl.policy import ActionMap, ObsNormalizer
-from gprl.tasks import episode_length_at
+from gprl.rl.export import export_policy, policy_expressions, safe_names, tree_from_record
+from gprl.rl.policy import ActionMap, ObsNormalizer
+from gprl.train.checkpoint import check_fingerprint, list_checkpoints, load_checkpoint, save_checkpoint
+from gprl.train.tasks import episode_length_at
 
 FUNCS = ["add", "sub", "mul", "div", "sin", "cos", "exp", "log", "sqrt", "abs", "neg", "inv", "pow", "max", "min",
          "tanh", "sigmoid", "lt", "gt", "if"]
@@ -137,7 +137,7 @@ def test_checkpoint_roundtrip_and_fingerprint(tmp_path):
 def test_per_backend_defaults_fill_only_null_entries():
     from omegaconf import OmegaConf
 
-    from gprl.trainer import apply_backend_defaults
+    from gprl.train.trainer import apply_backend_defaults
 
     env = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[1] / "configs" / "env" / "hopper.yaml"))
     gp = {"population_size": None, "time_limit": None}

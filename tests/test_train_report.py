@@ -13,8 +13,8 @@ from test_train_app import ROOT, run_train, train
 def test_policy_path_imports_without_the_sr_extra():
     # scikit-learn and pandas made unimportable, as in an environment installed with .[mujoco,train] only
     code = ("import sys; sys.modules['sklearn'] = None; sys.modules['pandas'] = None\n"
-            "import gprl.trainer\n"
-            "from gprl.tasks import task_class\n"
+            "import gprl.train.trainer\n"
+            "from gprl.train.tasks import task_class\n"
             "print(task_class('policy').__name__)\n"
             "try:\n"
             "    task_class('sr')\n"

@@ -15,7 +15,7 @@ import torch
 import yaml
 from test_train_app import ROOT, TINY, _digest, metrics, train
 
-from gprl.trainer import _truncate_metrics
+from gprl.train.trainer import _truncate_metrics
 
 BASE = ["gp.generations=3", "checkpoint_every=1", "wandb.mode=disabled"]
 
@@ -117,7 +117,7 @@ def test_sigterm_writes_a_checkpoint_and_resumes(tmp_path):
 # train.py whose export is interrupted by the given signal (sent by the process to itself, so it lands there)
 INTERRUPTED_EXPORT = """
 import os, signal, sys, time, runpy
-from gprl.tasks import PolicyTask
+from gprl.train.tasks import PolicyTask
 signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal, even under a background job
 def finish(self, *args, **kwargs):
     os.kill(os.getpid(), signal.{sig})
@@ -145,7 +145,7 @@ def test_interrupt_during_export_exits_with_the_resume_hint(base, tmp_path, sig)
 
 
 def test_sigterm_handler_is_restored_and_main_thread_only():
-    from gprl.trainer import sigterm_as_interrupt
+    from gprl.train.trainer import sigterm_as_interrupt
 
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt), sigterm_as_interrupt():

@@ -47,7 +47,7 @@ def openmp_flags() -> list[str]:
 
 def kernel_dir() -> Path:
     """kernels/ beside gprl/ in a source checkout, else the installed gprl.kernels package."""
-    sibling = Path(__file__).resolve().parent.parent / "kernels"
+    sibling = Path(__file__).resolve().parents[2] / "kernels"
     if (sibling / "nodes.h").exists():
         return sibling
     return Path(str(importlib.resources.files("gprl.kernels")))

@@ -19,11 +19,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from . import selection as S
-from .devices import canonical_device
-from .ops import ops
-from .population import MAX_DEPTH_LIMIT, METHODS, Population, _seed_from
-from .variation import OPS, VariationParams, _weights_tensor
+from gprl.backend.ops import ops
+from gprl.core.devices import canonical_device
+from gprl.core.population import MAX_DEPTH_LIMIT, METHODS, Population, _seed_from
+from gprl.evolve import selection as S
+from gprl.evolve.variation import OPS, VariationParams, _weights_tensor
 
 DEFAULT_RATES: dict[str, float] = {
     "crossover": 0.8, "subtree": 0.05, "point": 0.03, "multipoint": 0.01, "hoist": 0.02, "insert": 0.02,

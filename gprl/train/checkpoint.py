@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .population import Population, atomic_torch_save
+from gprl.core.population import Population, atomic_torch_save
 
 FORMAT = "gprl.checkpoint"
 _NAME = re.compile(r"gen_(\d+)\.pt$")

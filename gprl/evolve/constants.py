@@ -3,7 +3,7 @@
 GP moves constants only by random mutation; fitting them by a few damped Gauss–Newton steps, as Operon and
 PySR do for selected individuals, turns a tree of the right shape into its best-fitting instance.
 
-    tuned, loss = gprl.constants.optimize_constants(population[best], objective, iterations=8)
+    tuned, loss = gprl.evolve.constants.optimize_constants(population[best], objective, iterations=8)
 
 For ``k`` trees with at most ``C`` constants each:
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from .population import CONST, KIND_MASK, Population
+from gprl.core.population import CONST, KIND_MASK, Population
 
 _H_REL = 1e-3     # finite-difference step, relative to max(1, |constant|)
 _LAMBDA0 = 1e-3   # Marquardt damping at the start, and its bounds

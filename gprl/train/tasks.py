@@ -2,7 +2,7 @@
 
 A :class:`Task` turns a population into fitness (higher is better when ``maximize``), keeps whatever state it
 needs across generations (checkpointed), and exports the best individual as files at the end. The trainer
-(:mod:`gprl.trainer`) owns the run directory, checkpoints, progress and W&B, so a new task (regression,
+(:mod:`gprl.train.trainer`) owns the run directory, checkpoints, progress and W&B, so a new task (regression,
 classification) only implements this interface and registers itself in :data:`TASKS`.
 """
 
@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import envs
-from .algorithm import _mix
-from .checkpoint import population_from_state, population_state
-from .distributed import Dist
-from .export import export_policy
-from .policy import ActionMap, ObsNormalizer, evaluate_policies
-from .population import Population
+from gprl import envs
+from gprl.core.population import Population
+from gprl.evolve.algorithm import _mix
+from gprl.rl.export import export_policy
+from gprl.rl.policy import ActionMap, ObsNormalizer, evaluate_policies
+from gprl.train.checkpoint import population_from_state, population_state
+from gprl.train.distributed import Dist
 
 
 class Task(abc.ABC):
@@ -42,7 +42,7 @@ class Task(abc.ABC):
     def from_config(cls, cfg: dict[str, Any], device: str | None, dist: Dist | None = None) -> Task:
         """The task from the whole (plain) training configuration; ``device`` None: the task's choice.
 
-        ``dist`` (:mod:`gprl.distributed`): this process's rank in a distributed run. Every rank builds the
+        ``dist`` (:mod:`gprl.train.distributed`): this process's rank in a distributed run. Every rank builds the
         task and calls ``evaluate`` and ``finish`` with the full population; the task evaluates its share and
         gathers the results, so every rank returns the same fitness and metrics. Only rank 0 writes files."""
 
@@ -79,7 +79,7 @@ def episode_length_at(generation: int, start: int, final: int, ramp_generations:
 class PolicyTask(Task):
     """Control policies: fitness is the mean return of ``episodes`` episodes per individual (one batched
     rollout of P·E environments); observations are normalised (frozen per generation) and outputs mapped to
-    actions (:mod:`gprl.policy`).
+    actions (:mod:`gprl.rl.policy`).
 
     A hall of fame keeps the best tree of each generation with the normaliser it was scored under; at the end
     the candidates are validated on fresh episodes of full length and the best mean return is exported.
@@ -249,8 +249,8 @@ class PolicyTask(Task):
 
 
 # task name -> "module:class", imported on first use: a policy run needs none of the SR extra's packages
-TASKS: dict[str, str] = {"policy": "gprl.tasks:PolicyTask", "sr": "gprl.supervised:SRTask",
-                         "classification": "gprl.supervised:ClassificationTask"}
+TASKS: dict[str, str] = {"policy": "gprl.train.tasks:PolicyTask", "sr": "gprl.train.supervised:SRTask",
+                         "classification": "gprl.train.supervised:ClassificationTask"}
 
 
 def task_class(name: str) -> type[Task]:

@@ -10,7 +10,7 @@ actions through an :class:`ActionMap`:
 
 The normaliser's statistics are **frozen within a generation** (every individual of a generation sees the same
 mean/std, so their returns are comparable) and updated from that generation's observations afterwards.
-``gprl.export`` folds exactly these formulas into the exported expressions.
+``gprl.rl.export`` folds exactly these formulas into the exported expressions.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .envs import VecEnv, rollout
-from .population import Population
+from gprl.core.population import Population
+from gprl.envs import VecEnv, rollout
 
 ACTION_TRANSFORMS = ("tanh", "clip", "argmax", "none")
 
@@ -69,9 +69,9 @@ class ObsNormalizer:
 
     def merge_envs(self, count: torch.Tensor, total: torch.Tensor, total_sq: torch.Tensor) -> None:
         """Add per-environment partial sums (``[N]``, ``[N, dim]``, ``[N, dim]``, float64), reduced over the
-        environments in their order by :func:`gprl.distributed.ordered_sum`: the same bits whether the rows
+        environments in their order by :func:`gprl.train.distributed.ordered_sum`: the same bits whether the rows
         come from one process or are gathered from the shards of a distributed run."""
-        from .distributed import ordered_sum
+        from gprl.train.distributed import ordered_sum
 
         self.merge(ordered_sum(count), ordered_sum(total), ordered_sum(total_sq))
 

@@ -8,7 +8,7 @@ lower is better (``GeneticProgramming.step``'s convention), with no host sync.
 * :class:`ClassificationObjective` needs the outputs themselves: ``Population.forward`` in chunks of trees
   (``[chunk, D, n_out]``), then softmax cross-entropy (sigmoid for a single output) or the error rate.
   With ``scaling=True`` each tree's outputs first get their own fitted bias and scale
-  (``gprl.scaling``): the loss is that of the best logistic calibration of the tree.
+  (``gprl.sr.scaling``): the loss is that of the best logistic calibration of the tree.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .dataset import Dataset, check_float32_range
-from .population import METRICS, Population
-from .scaling import fit_logistic_scaling
+from gprl.core.dataset import Dataset, check_float32_range
+from gprl.core.population import METRICS, Population
+from gprl.sr.scaling import fit_logistic_scaling
 
 CLASSIFICATION_METRICS = ("cross_entropy", "accuracy")
 
@@ -48,7 +48,7 @@ class RegressionObjective:
     def gauss_newton_terms(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Gradient ``[P, D, M]`` and Gauss–Newton Hessian ``[P, D, M, M]`` (float64, diagonal in the outputs)
         of the loss with respect to every tree's outputs ``out [P, D, M]``, row by row (for
-        ``gprl.constants``). The loss is the kernel's: with row weights ``w`` (1 without) and ``W = sum w``,
+        ``gprl.evolve.constants``). The loss is the kernel's: with row weights ``w`` (1 without) and ``W = sum w``,
         output ``k``'s ``m_k = sum_r w_r e_rk^2 / W`` (``mae``: ``|e_rk|``), averaged over the ``M`` outputs
         (``rmse``: the mean of ``sqrt(m_k)``).
 
@@ -59,7 +59,7 @@ class RegressionObjective:
         * ``mae``: the exact gradient ``w sign(e) / (M W)`` with the IRLS curvature
           ``w / (M W max(|e|, eps))`` (``eps`` = 1e-4 x the output's weighted mean ``|e|``): the step is
           an iteratively reweighted least-squares step towards the least-absolute-deviations fit.
-          ``gprl.constants.optimize_constants`` keeps a step only where the true loss decreases.
+          ``gprl.evolve.constants.optimize_constants`` keeps a step only where the true loss decreases.
 
         Non-finite outputs give zero terms; so does an output already fitted exactly (``m_k = 0``)."""
         y = self.data.y.double()[None]  # [1, D, M]
@@ -159,7 +159,7 @@ class ClassificationObjective:
 
     def gauss_newton_terms(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Gradient ``[P, D, M]`` and Hessian ``[P, D, M, M]`` (float64) of the cross-entropy with respect to
-        every tree's outputs ``out [P, D, M]``, row by row (for ``gprl.constants``: the Gauss–Newton matrix
+        every tree's outputs ``out [P, D, M]``, row by row (for ``gprl.evolve.constants``: the Gauss–Newton matrix
         of a tree's constants is ``J^T H J``). With ``scaling`` the outputs pass through their fitted bias
         and scale, held fixed: at the fitted optimum that is still the exact gradient. For
         ``metric="accuracy"`` these are the cross-entropy's, its smooth surrogate."""

@@ -5,12 +5,12 @@ The fitness is the estimators' (:mod:`gprl.objectives`): the fused regression lo
 generation is also logged with the best tree's size and its held-out test score. The task keeps its own
 Pareto archive of training losses (best tree per length, checkpointed); at the end the model is picked from
 that front like the estimators do (``task.model_selection``) and exported as formulas
-(:mod:`gprl.model_export`).
+(:mod:`gprl.sr.export`).
 
 Features may be z-scored (``task.standardize``); that is done in float32 exactly as the exported
 ``model.py`` does it, so the exported predictions reproduce the training ones.
 
-Distributed (:mod:`gprl.distributed`): by default every rank scores its contiguous shard of the population
+Distributed (:mod:`gprl.train.distributed`): by default every rank scores its contiguous shard of the population
 on the whole dataset and the losses are gathered (bit-identical to one process on the CPU). With
 ``dist.shard=data`` every rank scores the whole population on its shard of the rows instead (for datasets
 too large for one device) and the per-rank losses are combined as float64 partial sums (:class:`RowShard`):
@@ -26,15 +26,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import datasets
-from .algorithm import ParetoArchive
-from .checkpoint import population_from_state, population_state
-from .distributed import Dist
-from .estimators import MODEL_SELECTIONS, pareto_scores, select_model
-from .model_export import export_model, front_equation
-from .objectives import CLASSIFICATION_METRICS, ClassificationObjective, RegressionObjective
-from .population import METRICS, Population
-from .tasks import Task
+from gprl.core.population import METRICS, Population
+from gprl.evolve.algorithm import ParetoArchive
+from gprl.sr import datasets
+from gprl.sr.estimators import MODEL_SELECTIONS, pareto_scores, select_model
+from gprl.sr.export import export_model, front_equation
+from gprl.sr.objectives import CLASSIFICATION_METRICS, ClassificationObjective, RegressionObjective
+from gprl.train.checkpoint import population_from_state, population_state
+from gprl.train.distributed import Dist
+from gprl.train.tasks import Task
 
 
 def load_dataset(cfg: dict[str, Any], task: str) -> datasets.SupervisedData:

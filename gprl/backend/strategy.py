@@ -275,7 +275,7 @@ class _Probes:
     """Random trees and data of the benchmark's kind (scripts/bench_eval.py) on a device, sliced per probe."""
 
     def __init__(self, device: torch.device):
-        from .population import Population
+        from gprl.core.population import Population
 
         gen = torch.Generator().manual_seed(0)
         kw = {"functions": list(PROBE_FUNCTIONS), "min_depth": 3, "max_depth": 8, "max_len": 256, "seed": 0,
@@ -289,7 +289,7 @@ class _Probes:
         self.data: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def call(self, op: str, strategy: str, P: int, D: int, n_out: int) -> Callable[[], torch.Tensor]:
-        from .ops import ops
+        from gprl.backend.ops import ops
 
         t = tuple(x[:P] for x in self.pops[n_out].tensors())
         sid = IDS[strategy]
@@ -321,7 +321,7 @@ def _cuda_time_fn(probes: _Probes) -> TimeFn:
 
 
 def _cache_path(device_name: str) -> tuple[os.PathLike, dict]:
-    from . import _build
+    from gprl.backend import build as _build
 
     key = {"device": device_name, "kernels": _build.build_id(), "torch": torch.__version__}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]

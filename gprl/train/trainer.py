@@ -1,11 +1,11 @@
 """The training loop behind ``train.py``: config → task → generations → checkpoints, metrics, export, W&B.
 
-The loop is task-agnostic (:mod:`gprl.tasks`): per generation it evaluates the population (one batched call),
+The loop is task-agnostic (:mod:`gprl.train.tasks`): per generation it evaluates the population (one batched call),
 logs a JSON line and a progress bar, varies the population, and every ``checkpoint_every`` generations writes
 a checkpoint atomically. Everything random derives from ``seed`` and the generation number, so a run killed
 and resumed (``resume=<run dir>``) ends bit-identical to an uninterrupted one on the CPU.
 
-Under ``torchrun`` (:mod:`gprl.distributed`) every rank runs this loop: the task evaluates the rank's shard and
+Under ``torchrun`` (:mod:`gprl.train.distributed`) every rank runs this loop: the task evaluates the rank's shard and
 gathers the results, rank 0 alone varies the population (broadcast to all ranks) and alone writes the run
 directory, logs, W&B, checkpoints and exports. Checkpoints hold the full state, whatever the number of ranks.
 """
@@ -26,9 +26,11 @@ from typing import Any
 
 import torch
 
-from . import distributed, envs
-from .algorithm import GeneticProgramming
-from .checkpoint import (
+from gprl import envs
+from gprl.core.population import Population
+from gprl.evolve.algorithm import GeneticProgramming
+from gprl.train import distributed
+from gprl.train.checkpoint import (
     check_config,
     check_fingerprint,
     list_checkpoints,
@@ -39,9 +41,8 @@ from .checkpoint import (
     search_config,
     set_rng_states,
 )
-from .population import Population
-from .tasks import Task, task_class
-from .tracking import Tracker, banner, plot_curve
+from gprl.train.tasks import Task, task_class
+from gprl.train.tracking import Tracker, banner, plot_curve
 
 TIMING_KEYS = ("elapsed_s", "generation_s", "env_steps_per_s")  # the only fields that differ between equal runs
 

@@ -1,6 +1,6 @@
 """Export a regression/classification model found by ``train.py task=sr|classification``.
 
-The same machinery as the policy export (:mod:`gprl.export`) with a supervised head instead of an action map:
+The same machinery as the policy export (:mod:`gprl.rl.export`) with a supervised head instead of an action map:
 ``model.txt`` / ``model.tex`` (reading form over the feature names, standardisation folded in),
 ``model.py`` (NumPy only: ``predict(X)``, plus ``predict_proba``/``decision_function`` for classifiers; the
 tree is evaluated in float32 in the kernels' order, so it reproduces the training predictions),
@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 import sympy
 
-from . import functions as F
-from .export import (
+from gprl.core import functions as F
+from gprl.core.population import Population
+from gprl.rl.export import (
     _PROTECTED_SOURCE,
     LIBM_SOURCE_LINES,
     _plain,
@@ -32,7 +33,6 @@ from .export import (
     tree_record,
     write_atomic,
 )
-from .population import Population
 
 
 def model_expressions(tree: Population, mean: Sequence[float], std: Sequence[float],

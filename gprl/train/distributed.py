@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from .population import Population
+from gprl.core.population import Population
 
 BACKENDS = ("auto", "nccl", "gloo")
 SHARD_MODES = ("population", "data")

@@ -35,10 +35,10 @@ import numpy as np
 import sympy
 import torch
 
-from . import functions as F
-from . import strategy as _strategy
-from .dataset import Dataset, as_float_tensor
-from .devices import canonical_device
+from gprl.backend import strategy as _strategy
+from gprl.core import functions as F
+from gprl.core.dataset import Dataset, as_float_tensor
+from gprl.core.devices import canonical_device
 
 PAD, VAR, CONST, FUNC = 0, 1, 2, 3
 KIND_MASK, OUTPUT_FLAG = 0x03, 0x04
@@ -487,7 +487,7 @@ def _kernels():
     for policies, every environment step: this costs ~0.1 us a call where an import statement costs ~0.5."""
     global _ops_module
     if _ops_module is None:
-        from . import ops as module
+        from gprl.backend import ops as module
 
         _ops_module = module
     return _ops_module.ops

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from .ops import ops
-from .population import _seed_from
+from gprl.backend.ops import ops
+from gprl.core.population import _seed_from
 
 SELECTIONS = ("tournament", "truncation", "rank", "roulette", "lexicase")
 

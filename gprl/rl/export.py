@@ -2,7 +2,7 @@
 
 The exact expression of action ``k`` is the tree's output ``k`` (``Population.to_sympy``, protected forms)
 with every input replaced by ``(obs_i - mean_i) / std_i`` and the action map applied on top (see
-``gprl.policy``). ``policy.py`` evaluates exactly that expression in float64 with the protected functions of
+``gprl.rl.policy``). ``policy.py`` evaluates exactly that expression in float64 with the protected functions of
 ``gprl.functions`` copied in, so it reproduces the kernels up to float32 rounding. ``policy.txt`` and
 ``policy.tex`` show a *reading* form: protected division/log printed plainly, simplified by sympy and constants
 rounded to ``digits`` significant digits.
@@ -22,8 +22,8 @@ import numpy as np
 import sympy
 from sympy.printing.numpy import NumPyPrinter
 
-from . import functions as F
-from .population import Population
+from gprl.core import functions as F
+from gprl.core.population import Population
 
 SIMPLIFY_MAX_OPS = 80  # sympy.simplify is super-linear; larger formulas are shown as folded
 
@@ -201,7 +201,7 @@ def _f32(v: float) -> str:
 def kernel_order_lines(record: dict[str, Any], indent: str = "        ") -> list[str]:
     """float32 statements that evaluate the tree node by node exactly as the CPU kernel does (reverse prefix
     order, the same operations and saturation, Modi outputs accumulated in emission order) into ``y0..``."""
-    from .population import CONST, FUNC, KIND_MASK, OUTPUT_FLAG, VAR
+    from gprl.core.population import CONST, FUNC, KIND_MASK, OUTPUT_FLAG, VAR
 
     lines = [f"{indent}y{k} = ZERO" for k in range(record["n_out"])]
     stack: list[str] = []

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy
 
-from . import feynman
+from gprl.sr import feynman
 
 TASKS = ("regression", "classification")
 ARITHMETIC = ("add", "sub", "mul", "div")

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import functions as F
-from .ops import ops
-from .population import MAX_DEPTH_LIMIT, Population, _seed_from
+from gprl.backend.ops import ops
+from gprl.core import functions as F
+from gprl.core.population import MAX_DEPTH_LIMIT, Population, _seed_from
 
 OPS: dict[str, int] = {
     "copy": 0, "exchange": 1, "crossover": 2, "subtree": 3, "hoist": 4, "point": 5, "multipoint": 6,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _build
+from gprl.backend import build as _build
 
 _build.load()
 ops = torch.ops.gprl

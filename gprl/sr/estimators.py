@@ -43,13 +43,13 @@ except ImportError:  # scikit-learn < 1.6 has them as BaseEstimator methods
     def _check_n_features(estimator, X, reset):
         estimator._check_n_features(X, reset=reset)
 
-from . import functions as F
-from .algorithm import GeneticProgramming, _mix
-from .constants import tune_best
-from .dataset import check_float32_range
-from .datasets import check_features, check_targets
-from .objectives import ClassificationObjective, RegressionObjective
-from .population import Population, unprotect
+from gprl.core import functions as F
+from gprl.core.dataset import check_float32_range
+from gprl.core.population import Population, unprotect
+from gprl.evolve.algorithm import GeneticProgramming, _mix
+from gprl.evolve.constants import tune_best
+from gprl.sr.datasets import check_features, check_targets
+from gprl.sr.objectives import ClassificationObjective, RegressionObjective
 
 MODEL_SELECTIONS = ("best", "accuracy")
 # a target whose largest magnitude is outside this range is standardised for the search: its squared errors
@@ -386,7 +386,7 @@ _DOC_PARAMS = """
     callback: called each generation with {"generation", "best_loss", "seconds"}. verbose: print progress.
     optimize_constants: every ``optimize_every`` generations the constants of this many of the best
     distinct trees are fitted by ``optimizer_iterations`` Levenberg-Marquardt steps on the training loss
-    (``gprl.constants``; finite-difference Jacobians through the kernels) and written back into the
+    (``gprl.evolve.constants``; finite-difference Jacobians through the kernels) and written back into the
     population; the final Pareto front's trees are fitted too. 0 (the default) turns it off.
 """
 
@@ -447,7 +447,7 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicBase):
     __doc__ = ("Symbolic classification by GPU tree GP: one tree output per class (softmax), or one output and a "
                "sigmoid for two classes; any label type.\n" + _DOC_PARAMS + """
     linear_scaling: read each tree output f as the logit a + b * f, with the bias a and scale b fitted per tree
-    (L2-regularised logistic regression on the device, ``gprl.scaling``) while evolving; they are part of
+    (L2-regularised logistic regression on the device, ``gprl.sr.scaling``) while evolving; they are part of
     the exported formula.
     optimize_constants fits the cross-entropy (also for ``metric="accuracy"``, as its smooth surrogate). On
     wine and breast_cancer (75/25 splits) fitting 20 trees every 10 generations lowered held-out accuracy by

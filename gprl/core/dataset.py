@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .devices import canonical_device
+from gprl.core.devices import canonical_device
 
 
 def check_float32_range(x: torch.Tensor | np.ndarray, name: str, fix: str | None = None) -> None:

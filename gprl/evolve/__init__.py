@@ -1,0 +1,1 @@
+"""The search: selection, variation, constant fitting and the generation loop."""

@@ -1,0 +1,1 @@
+"""Control policies: evaluation in vectorised environments and formula export."""

@@ -1,0 +1,1 @@
+"""Symbolic regression and classification: objectives, scaling, estimators, datasets, model export."""
