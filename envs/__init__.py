@@ -101,7 +101,7 @@ def _gpu_jax() -> bool:
     return jax_has_gpu()
 
 
-def _auto_backend(name: str) -> str:
+def auto_backend(name: str) -> str:
     if name in SHARED_TASKS:
         # DESIGN: Brax on a CUDA machine with GPU JAX, native MuJoCo otherwise
         if _gpu_jax():
@@ -168,7 +168,7 @@ def make(
     if episode_length is not None and (not isinstance(episode_length, int) or episode_length < 1):
         raise ValueError(f"episode_length must be a positive int or None, got {episode_length!r}")
     if backend == "auto":
-        backend = _auto_backend(name)
+        backend = auto_backend(name)
     elif not (name in SHARED_TASKS and backend in SHARED_TASKS[name]) and available(_EXTRA_MODULE[backend]):
         known = _backend_names(backend)
         if backend == "mujoco":

@@ -12,7 +12,7 @@ import torch
 
 import gprl
 from gprl.backend.ops import ops
-from gprl.evolve.variation import OPS, VariationParams, _weights_tensor
+from gprl.evolve.variation import OPS, VariationParams, weights_tensor
 
 
 def cuda_ms(fn, repeats: int = 20) -> float:
@@ -45,7 +45,7 @@ def main() -> None:
         pop = gp.step(pop, fit)
     parent, donor = torch.randint(0, P, (P,), device=dev), torch.randint(0, P, (P,), device=dev)
     zeros = torch.zeros(P, dtype=torch.int32, device=dev)
-    w = _weights_tensor(VariationParams(), dev)
+    w = weights_tensor(VariationParams(), dev)
     per_op = {}
     for name in ("copy", "crossover", "subtree", "hoist", "point", "multipoint", "insert", "delete", "constant"):
         op = torch.full((P,), OPS[name], dtype=torch.int32, device=dev)

@@ -47,6 +47,10 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from gprl.core import functions as F
+from gprl.core.encoding import METHODS, stack_depth
+from gprl.core.seeds import seed_from
+
 AUTO = -1
 IDS = {"warp": 1, "hybrid_r1": 2, "hybrid_r2": 3, "hybrid_r4": 4, "level": 5}  # kernels/strategy.h (0 is free)
 OP_STRATEGIES = {
@@ -275,15 +279,18 @@ class _Probes:
     """Random trees and data of the benchmark's kind (scripts/bench_eval.py) on a device, sliced per probe."""
 
     def __init__(self, device: torch.device):
-        from gprl.core.population import Population
+        from gprl.backend.ops import ops
 
         gen = torch.Generator().manual_seed(0)
-        kw = {"functions": list(PROBE_FUNCTIONS), "min_depth": 3, "max_depth": 8, "max_len": 256, "seed": 0,
-              "device": device}
-        self.pops = {1: Population.random(max(PROBE_P), 8, **kw),
-                     PROBE_OUTPUTS: Population.random(max(P for P, _ in OUTPUT_CELLS), 8, PROBE_OUTPUTS, **kw)}
-        self.mean_len = float(self.pops[1].lengths().float().mean())
-        self.stack = max(p.max_stack() for p in self.pops.values())
+        weights = F.function_weights(list(PROBE_FUNCTIONS))
+        w = torch.tensor(weights, dtype=torch.float32, device=device)
+        leaf_prob = 9 / (9 + sum(x > 0 for x in weights))  # Population.random's default: 8 variables + constants
+        # ramped trees of depth 3..8, up to 256 nodes (Population.random's generator, called directly)
+        self.trees = {n_out: ops.generate(w, P, 256, 8, n_out, METHODS["ramped"], 3, 8, leaf_prob, 0.2, -1.0, 1.0,
+                                          0.3, seed_from(0))
+                      for n_out, P in ((1, max(PROBE_P)), (PROBE_OUTPUTS, max(P for P, _ in OUTPUT_CELLS)))}
+        self.mean_len = float(self.trees[1][4][:, 0].float().mean())
+        self.stack = max(stack_depth(t[0], t[1]) for t in self.trees.values())
         self.X = (torch.rand(max(PROBE_D), 8, generator=gen) * 2 - 1).to(device)
         self.y = torch.rand(PROBE_OUTPUTS, max(PROBE_D), generator=gen).to(device)
         self.data: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
@@ -291,7 +298,7 @@ class _Probes:
     def call(self, op: str, strategy: str, P: int, D: int, n_out: int) -> Callable[[], torch.Tensor]:
         from gprl.backend.ops import ops
 
-        t = tuple(x[:P] for x in self.pops[n_out].tensors())
+        t = tuple(x[:P] for x in self.trees[n_out])
         sid = IDS[strategy]
         if (D, n_out) not in self.data:  # a Dataset's layout: contiguous [n_in, D] and [n_out, D]
             self.data[D, n_out] = (self.X[:D].t().contiguous(), self.y[:n_out, :D].contiguous())

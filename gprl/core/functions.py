@@ -165,17 +165,17 @@ class ifpos(_RealFunction):
         return rf"\begin{{cases}} {b} & {a} > 0 \\ {c} & \text{{otherwise}} \end{{cases}}"
 
 
-def _np_pdiv(a, b):
+def np_pdiv(a, b):
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     small = np.abs(b) < EPS
     return np.clip(np.where(small, 1.0, a / np.where(small, 1.0, b)), -BOUND, BOUND)
 
 
-def _np_pinv(a):
-    return _np_pdiv(1.0, a)
+def np_pinv(a):
+    return np_pdiv(1.0, a)
 
 
-def _np_plog(a):
+def np_plog(a):
     a = np.abs(np.asarray(a, dtype=np.float64))
     small = a < EPS
     return np.where(small, 0.0, np.log(np.where(small, 1.0, a)))
@@ -183,7 +183,7 @@ def _np_plog(a):
 
 # Names lambdify needs beyond NumPy's own: pass ``modules=[NUMPY_FUNCTIONS, "numpy"]``.
 NUMPY_FUNCTIONS: dict[str, Callable] = {
-    "pdiv": _np_pdiv, "pinv": _np_pinv, "plog": _np_plog,
+    "pdiv": np_pdiv, "pinv": np_pinv, "plog": np_plog,
     "lt": lambda a, b: np.where(np.less(a, b), 1.0, -1.0),
     "gt": lambda a, b: np.where(np.greater(a, b), 1.0, -1.0),
     "ifpos": lambda a, b, c: np.where(np.greater(a, 0), b, c),
@@ -223,16 +223,16 @@ FUNCTIONS: tuple[Function, ...] = (
     Function("add", 0, 2, lambda a, b: a + b, lambda a, b: _np_clip(a + b)),
     Function("sub", 1, 2, lambda a, b: a - b, lambda a, b: _np_clip(a - b)),
     Function("mul", 2, 2, lambda a, b: a * b, lambda a, b: _np_clip(a * b)),
-    Function("div", 3, 2, pdiv, _np_pdiv),
+    Function("div", 3, 2, pdiv, np_pdiv),
     Function("sin", 4, 1, sympy.sin, np.sin),
     Function("cos", 5, 1, sympy.cos, np.cos),
     Function("tan", 6, 1, sympy.tan, lambda a: _np_clip(np.tan(a))),
     Function("exp", 7, 1, sympy.exp, _exp_np),
-    Function("log", 8, 1, plog, _np_plog),
+    Function("log", 8, 1, plog, np_plog),
     Function("sqrt", 9, 1, lambda a: sympy.sqrt(sympy.Abs(a)), lambda a: np.sqrt(np.abs(a))),
     Function("abs", 10, 1, sympy.Abs, np.abs),
     Function("neg", 11, 1, lambda a: -a, np.negative),
-    Function("inv", 12, 1, pinv, _np_pinv),
+    Function("inv", 12, 1, pinv, np_pinv),
     Function("pow", 13, 2, lambda a, b: sympy.Abs(a) ** b, _pow_np),
     Function("max", 14, 2, sympy.Max, np.fmax),
     Function("min", 15, 2, sympy.Min, np.fmin),

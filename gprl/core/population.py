@@ -1,25 +1,5 @@
-"""A population of expression trees held as five ``[P, max_len]`` tensors on one device.
-
-Encoding (the one place it is documented; ``kernels/nodes.h`` implements it):
-
-* Trees are in **prefix order**, left-aligned and padded to ``max_len``. Node ``i`` of a tree roots the
-  subtree ``[i, i + size[i])``; the tree's length is ``size[:, 0]``.
-* ``kind``  uint8:  0 PAD, 1 VAR, 2 CONST, 3 FUNC; bit 4 (``OUTPUT_FLAG``) marks a FUNC node as a Modi
-  output node.
-* ``code``  int16:  the variable index of a VAR node, the function id (``gprl.functions``) of a FUNC node,
-  0 otherwise.
-* ``out``   uint8:  the output index of a Modi node, 0 otherwise (so ``n_out <= 256``).
-* ``value`` float32: the constant of a CONST node, 0 otherwise.
-* ``size``  int16:  the subtree size of every node, 0 for padding.
-
-Padding nodes are all zeros, and fields a node does not use are 0, so equal trees are equal tensors.
-10 bytes per node: 10^6 trees of 512 nodes take 5.1 GB.
-
-**Outputs (Modi semantics).** A tree computes ``n_out`` outputs, all starting at 0. A Modi node computes
-its function, adds that value to its output, and passes the value of its last (rightmost) child up to its
-parent. The root, unless it is itself a Modi node, adds its value to output 0; so a tree without Modi
-nodes is an ordinary single-output expression.
-"""
+"""A population of expression trees held as five ``[P, max_len]`` tensors on one device (the encoding:
+:mod:`gprl.core.encoding`)."""
 
 from __future__ import annotations
 
@@ -39,39 +19,23 @@ from gprl.backend import strategy as _strategy
 from gprl.core import functions as F
 from gprl.core.dataset import Dataset, as_float_tensor
 from gprl.core.devices import canonical_device
-
-PAD, VAR, CONST, FUNC = 0, 1, 2, 3
-KIND_MASK, OUTPUT_FLAG = 0x03, 0x04
-MAX_LEN_LIMIT = 4096  # int16 sizes and shared-memory staging of a tree in the CUDA kernels
-MAX_OUTPUTS = 256
-MAX_DEPTH_LIMIT = 64  # the generator's depth bound (kernels/trees.h)
-METRICS = {"mse": 0, "mae": 1, "rmse": 2}
-METHODS = {"grow": 0, "full": 1, "ramped": 2}
-TREE_ERRORS = {
-    1: "length (size[0]) is outside 1..max_len",
-    2: "a node kind is not PAD/VAR/CONST/FUNC, or a non-function node carries the output flag",
-    3: "prefix structure is broken (padding inside the tree, a function lacking children, or extra nodes)",
-    4: "a subtree size does not match the structure",
-    5: "a function id is unknown",
-    6: "a variable index is >= n_in",
-    7: "a Modi output index is >= n_out",
-    8: "a constant is not finite",
-    9: "padding after the tree is not all zeros",
-    10: "a field the node does not use is not 0",
-}
-
-
-def _arity_table(device: torch.device) -> torch.Tensor:
-    return torch.tensor(F.ARITY, dtype=torch.int32, device=device)
-
-
-def _seed_from(seed: int | torch.Generator | None) -> int:
-    """A 62-bit kernel seed: an int as given, else drawn from a torch Generator (default: torch's global)."""
-    if isinstance(seed, bool) or (seed is not None and not isinstance(seed, (int, np.integer, torch.Generator))):
-        raise TypeError(f"seed must be an int, a torch.Generator or None, got {type(seed).__name__}")
-    if isinstance(seed, (int, np.integer)):
-        return int(seed) & ((1 << 62) - 1)
-    return int(torch.randint(0, 2**62, (1,), generator=seed).item())
+from gprl.core.encoding import (  # noqa: F401 - the encoding's names, re-exported
+    CONST,
+    FUNC,
+    KIND_MASK,
+    MAX_DEPTH_LIMIT,
+    MAX_LEN_LIMIT,
+    MAX_OUTPUTS,
+    METHODS,
+    METRICS,
+    OUTPUT_FLAG,
+    PAD,
+    TREE_ERRORS,
+    VAR,
+    arities,
+    stack_depth,
+)
+from gprl.core.seeds import seed_from
 
 
 @dataclass
@@ -149,7 +113,7 @@ class Population:
         w = torch.tensor(weights, dtype=torch.float32, device=device)
         tensors = _kernels().generate(w, pop_size, max_len, n_in, n_out, METHODS[method], min_depth, max_depth,
                                       float(leaf_prob), float(const_prob), lo, hi, float(output_prob),
-                                      _seed_from(seed))
+                                      seed_from(seed))
         return cls(*tensors, n_in=n_in, n_out=n_out)
 
     @classmethod
@@ -227,21 +191,13 @@ class Population:
 
     def arities(self) -> torch.Tensor:
         """Number of children of every node, [P, max_len] int32 (0 for leaves and padding)."""
-        is_fn = (self.kind & KIND_MASK) == FUNC
-        idx = self.code.long().clamp(0, F.NUM_FUNCTIONS - 1)
-        return torch.where(is_fn, _arity_table(self.device)[idx], 0)
+        return arities(self.kind, self.code)
 
     def max_stack(self) -> int:
         """Evaluation stack depth the population needs (one host sync, then cached until a tensor changes)."""
         key = (self.kind.data_ptr(), self.code.data_ptr(), self.kind._version, self.code._version, len(self))
         if self._stack_cache is None or self._stack_cache[0] != key:
-            if len(self) == 0:
-                need = 1
-            else:
-                valid = (self.kind & KIND_MASK) != PAD
-                step = torch.where(valid, 1 - self.arities(), 0)
-                height = step.flip(1).cumsum(1)  # stack height after evaluating each node, last to first
-                need = max(1, int(height.max()))
+            need = stack_depth(self.kind, self.code)
             self._stack_cache = (key, need)
         return self._stack_cache[1]
 

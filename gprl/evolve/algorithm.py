@@ -21,27 +21,16 @@ import torch
 
 from gprl.backend.ops import ops
 from gprl.core.devices import canonical_device
-from gprl.core.population import MAX_DEPTH_LIMIT, METHODS, Population, _seed_from
+from gprl.core.encoding import MAX_DEPTH_LIMIT, METHODS
+from gprl.core.population import Population
+from gprl.core.seeds import mix_seed, seed_from
 from gprl.evolve import selection as S
-from gprl.evolve.variation import OPS, VariationParams, _weights_tensor
+from gprl.evolve.variation import OPS, VariationParams, weights_tensor
 
 DEFAULT_RATES: dict[str, float] = {
     "crossover": 0.8, "subtree": 0.05, "point": 0.03, "multipoint": 0.01, "hoist": 0.02, "insert": 0.02,
     "delete": 0.02, "constant": 0.03, "multiconstant": 0.02,
 }
-_MASK64 = (1 << 64) - 1
-
-
-def _mix(*values: int) -> int:
-    """splitmix64 over the values: independent 62-bit seeds per (run, generation, purpose)."""
-    h = 0x9E3779B97F4A7C15
-    for v in values:
-        h = (h ^ (v & _MASK64)) * 0xBF58476D1CE4E5B9 & _MASK64
-        h = (h ^ (h >> 31)) * 0x94D049BB133111EB & _MASK64
-        h ^= h >> 29
-    return h & ((1 << 62) - 1)
-
-
 class ParetoArchive:
     """Best loss per tree length (and that tree), kept on the device without host syncs.
 
@@ -144,7 +133,7 @@ class GeneticProgramming:
                                       const_sigma=const_sigma, const_prob=const_prob, const_range=tuple(const_range),
                                       output_prob=output_prob)
         self.device = canonical_device(device)
-        self.seed = _seed_from(seed)
+        self.seed = seed_from(seed)
         self.generation = 0
         self.archive = ParetoArchive(n_in, n_out, max_len, self.device)
         # operator per child (_operators): searchsorted of t / n plus a phase in the cumulative rates (tail: copy)
@@ -157,7 +146,7 @@ class GeneticProgramming:
         self._child_u: dict[int, torch.Tensor] = {}  # copies per island -> u of every child (_operators)
         p = self.params
         self._vary_args = (  # every argument of gprl::vary after the exchange points, but the seed
-            _weights_tensor(p, self.device), n_in, n_out, int(p.max_depth), int(p.subtree_depth),
+            weights_tensor(p, self.device), n_in, n_out, int(p.max_depth), int(p.subtree_depth),
             -1.0 if p.crossover_leaf_prob is None else float(p.crossover_leaf_prob), float(p.multi_prob),
             float(p.const_sigma), float(p.const_prob), *(float(c) for c in p.const_range), float(p.output_prob),
             p.grow_leaf_prob(n_in))
@@ -169,7 +158,7 @@ class GeneticProgramming:
                                  functions=self.functions, method=self.init_method, min_depth=self.init_depth[0],
                                  max_depth=self.init_depth[1], const_prob=self.params.const_prob,
                                  const_range=(lo, hi), output_prob=self.params.output_prob,
-                                 seed=_mix(self.seed, 0xA11CE), device=self.device)
+                                 seed=mix_seed(self.seed, 0xA11CE), device=self.device)
 
     def _operators(self, generation: int, copies: int) -> torch.Tensor:
         """The operator of each child: copy for the first ``copies`` children of every island (elites and
@@ -183,7 +172,7 @@ class GeneticProgramming:
         if copies not in self._child_u:  # copies get u = 2, past every rate
             one = torch.cat([torch.full((copies,), 2.0), torch.arange(n) / max(n, 1)])
             self._child_u[copies] = one.repeat(self.islands).to(device=self.device, dtype=torch.float32)
-        phase = (_mix(self.seed, generation, 3) >> 9) / 2.0 ** 53  # _mix gives 62 bits: 53 of them
+        phase = (mix_seed(self.seed, generation, 3) >> 9) / 2.0 ** 53  # _mix gives 62 bits: 53 of them
         u = self._child_u[copies] + phase / max(n, 1)
         return self._op_codes[torch.searchsorted(self._op_cdf, u, right=True)]
 
@@ -238,7 +227,7 @@ class GeneticProgramming:
         parents, donors = [], []
         for i in range(I):
             rows = slice(i * S_in, (i + 1) * S_in)
-            seed = _mix(self.seed, g, 1) if i == 0 else _mix(self.seed, g, 1, i)
+            seed = mix_seed(self.seed, g, 1) if i == 0 else mix_seed(self.seed, g, 1, i)
             picks = self._select(sel_loss[rows], None if errors is None else errors[rows], 2 * n_kids, seed)
             if I > 1:
                 picks = picks + i * S_in
@@ -248,7 +237,7 @@ class GeneticProgramming:
         parent, donor = torch.cat(parents + donors).split(self.pop_size)
         zeros = self._zeros  # the exchange points (unused by these operators)
         tensors = ops.vary(*population.tensors(), *population.tensors(), parent, donor, self._operators(g, e + m),
-                           zeros, zeros, *self._vary_args, _mix(self.seed, g, 4))
+                           zeros, zeros, *self._vary_args, mix_seed(self.seed, g, 4))
         # archived after the vary launch is queued: the GPU runs it while the host queues the archive's ops
         self.archive.update(population, loss)
         self.generation += 1

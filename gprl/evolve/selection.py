@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from gprl.backend.ops import ops
-from gprl.core.population import _seed_from
+from gprl.core.seeds import seed_from
 
 SELECTIONS = ("tournament", "truncation", "rank", "roulette", "lexicase")
 
@@ -35,7 +35,7 @@ def with_parsimony(loss: torch.Tensor, lengths: torch.Tensor, coefficient: float
 
 
 def _uniform(like: torch.Tensor, n: int, seed) -> torch.Tensor:
-    return ops.uniform(like, n, _seed_from(seed))
+    return ops.uniform(like, n, seed_from(seed))
 
 
 def _draw(u: torch.Tensor, m: int) -> torch.Tensor:
@@ -66,7 +66,7 @@ def tournament(fitness: torch.Tensor, n: int, size: int = 7, *, maximize: bool =
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"tournament size must be an integer >= 1, got {size!r}")
     # one gprl::tournament launch: contestant j of tournament i is _draw(uniform i * size + j)
-    return ops.tournament(loss.contiguous(), n, size, _seed_from(seed))
+    return ops.tournament(loss.contiguous(), n, size, seed_from(seed))
 
 
 def truncation(fitness: torch.Tensor, n: int, fraction: float = 0.5, *, maximize: bool = False,
@@ -151,7 +151,7 @@ def lexicase(errors: torch.Tensor, n: int, *, epsilon: str | float | None = "mad
         eps = torch.full((C,), float(epsilon or 0.0), device=e.device)
     else:
         raise ValueError(f"epsilon must be 'mad', a number >= 0 or None, got {epsilon!r}")
-    s = _seed_from(seed)
+    s = seed_from(seed)
     u_cases = _uniform(e, n * C, s).view(n, C)
     u_pick = _uniform(e, n * P, s ^ 0x2545F4914F6CDD1D).view(n, P)
     case_order = u_cases.argsort(dim=1)  # a random permutation of the cases per selection

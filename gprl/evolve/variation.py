@@ -38,7 +38,9 @@ import torch
 
 from gprl.backend.ops import ops
 from gprl.core import functions as F
-from gprl.core.population import MAX_DEPTH_LIMIT, Population, _seed_from
+from gprl.core.encoding import MAX_DEPTH_LIMIT
+from gprl.core.population import Population
+from gprl.core.seeds import seed_from
 
 OPS: dict[str, int] = {
     "copy": 0, "exchange": 1, "crossover": 2, "subtree": 3, "hoist": 4, "point": 5, "multipoint": 6,
@@ -91,7 +93,7 @@ class VariationParams:
 _weight_cache: dict[tuple, torch.Tensor] = {}
 
 
-def _weights_tensor(params: VariationParams, device: torch.device) -> torch.Tensor:
+def weights_tensor(params: VariationParams, device: torch.device) -> torch.Tensor:
     """The function weights on the device, cached so a generation does not re-upload them."""
     key = (tuple(params.weights()), str(device))
     if key not in _weight_cache:
@@ -143,7 +145,7 @@ def vary(population: Population, op: str | int | torch.Tensor, *, parent=None, d
         raise TypeError(f"donors must be a gprl.Population, got {type(donors).__name__}")
     if donors.device != dev or donors.n_in > population.n_in or donors.n_out > population.n_out:
         raise ValueError("donors must be on the population's device, with n_in/n_out <= the population's")
-    s = _seed_from(seed)
+    s = seed_from(seed)
     if donor is None:
         u = ops.uniform(population.kind, n, s ^ 0x5DEECE66D)
         donor = (u * len(donors)).long().clamp_(max=max(len(donors) - 1, 0))
@@ -154,7 +156,7 @@ def vary(population: Population, op: str | int | torch.Tensor, *, parent=None, d
     xo = -1.0 if params.crossover_leaf_prob is None else float(params.crossover_leaf_prob)
     tensors = ops.vary(
         *population.tensors(), *donors.tensors(), parent, donor, op, node, donor_node,
-        _weights_tensor(params, dev), population.n_in, population.n_out, int(params.max_depth),
+        weights_tensor(params, dev), population.n_in, population.n_out, int(params.max_depth),
         int(params.subtree_depth), xo, float(params.multi_prob), float(params.const_sigma),
         float(params.const_prob), lo, hi, float(params.output_prob), params.grow_leaf_prob(population.n_in), s)
     return Population(*tensors, n_in=population.n_in, n_out=population.n_out)

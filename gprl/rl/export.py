@@ -79,7 +79,7 @@ def round_floats(expr: sympy.Expr, digits: int = 4) -> sympy.Expr:
 
 def readable(expr: sympy.Expr, digits: int = 4) -> sympy.Expr:
     """The reading form: plain division/log, numbers evaluated, simplified (when small enough) and rounded."""
-    e = round_floats(_evaluate_numbers(_plain(expr)), digits)
+    e = round_floats(_evaluate_numbers(plain(expr)), digits)
     if sympy.count_ops(e) <= SIMPLIFY_MAX_OPS:
         try:
             s = round_floats(_evaluate_numbers(sympy.simplify(e)), digits)
@@ -91,7 +91,7 @@ def readable(expr: sympy.Expr, digits: int = 4) -> sympy.Expr:
     return e
 
 
-def _plain(expr: sympy.Expr) -> sympy.Expr:
+def plain(expr: sympy.Expr) -> sympy.Expr:
     """Protected division/inverse/log shown plainly; comparisons stay gt/lt/ifpos functions (nested
     Piecewise conditions fold into unreadable ITE terms)."""
     return expr.replace(F.pdiv, lambda a, b: a / b).replace(F.pinv, lambda a: 1 / a).replace(
@@ -145,8 +145,8 @@ class _Printer(NumPyPrinter):
         return repr(float(expr))
 
 
-_PROTECTED_SOURCE = "\n\n".join(inspect.getsource(f) for f in (F._np_pdiv, F._np_pinv, F._np_plog)).replace(
-    "_np_pdiv", "pdiv").replace("_np_pinv", "pinv").replace("_np_plog", "plog").replace("np.", "numpy.")
+PROTECTED_SOURCE = "\n\n".join(inspect.getsource(f) for f in (F.np_pdiv, F.np_pinv, F.np_plog)).replace(
+    "np_pdiv", "pdiv").replace("np_pinv", "pinv").replace("np_plog", "plog").replace("np.", "numpy.")
 
 # Generated-module source: the C library's float32 transcendental functions, so exported NumPy code follows
 # the kernels' float32 arithmetic: equal to the CPU kernels except the last bit of a few sin/cos/tan values
@@ -271,7 +271,7 @@ def numpy_source(exprs: Sequence[sympy.Expr], obs_names: Sequence[str], action_n
         lines += [f"LOW = {f32list(low)}", f"HIGH = {f32list(high)}", "CENTER, HALF = (LOW + HIGH) / 2, (HIGH - LOW) / 2"]
     lines += [f"META = {json.dumps(meta, sort_keys=True)!r}", "", "",
               "# protected functions: the exact semantics of gprl's kernels (gprl/functions.py)",
-              _PROTECTED_SOURCE.strip(), "", "",
+              PROTECTED_SOURCE.strip(), "", "",
               "# float32 transcendental functions: the C library's, so act() follows gprl's CPU kernels to the",
               "# last bit of a few values; without a loadable libm, float64 rounded once (within an ulp)",
               "def _r(fn, a):", "    return fn(numpy.asarray(a, numpy.float64)).astype(numpy.float32)", "", "",

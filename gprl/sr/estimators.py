@@ -46,7 +46,8 @@ except ImportError:  # scikit-learn < 1.6 has them as BaseEstimator methods
 from gprl.core import functions as F
 from gprl.core.dataset import check_float32_range
 from gprl.core.population import Population, unprotect
-from gprl.evolve.algorithm import GeneticProgramming, _mix
+from gprl.core.seeds import mix_seed
+from gprl.evolve.algorithm import GeneticProgramming
 from gprl.evolve.constants import tune_best
 from gprl.sr.datasets import check_features, check_targets
 from gprl.sr.objectives import ClassificationObjective, RegressionObjective
@@ -220,7 +221,7 @@ class _SymbolicBase(BaseEstimator):
             functions=list(self.functions), init_depth=tuple(self.init_depth), max_depth=self.max_depth,
             tournament_size=self.tournament_size, elitism=self.elitism, parsimony=float(self.parsimony),
             rates=self.rates, const_prob=self.const_prob, const_range=tuple(self.const_range),
-            seed=seed if k == 0 else _mix(seed, k), device=device) for k in range(n_islands)]
+            seed=seed if k == 0 else mix_seed(seed, k), device=device) for k in range(n_islands)]
         start = time.monotonic()
         pops = [gp.init() for gp in gps]
         watch = self.target_loss is not None or self.verbose or self.callback is not None

@@ -22,9 +22,9 @@ import sympy
 from gprl.core import functions as F
 from gprl.core.population import Population
 from gprl.rl.export import (
-    _PROTECTED_SOURCE,
     LIBM_SOURCE_LINES,
-    _plain,
+    PROTECTED_SOURCE,
+    plain,
     policy_expressions,
     readable,
     round_floats,
@@ -45,7 +45,7 @@ def front_equation(tree: Population, mean: Sequence[float], std: Sequence[float]
                    digits: int) -> str:
     """A cheap reading form for the front table (no sympy.simplify: the front may hold 60 trees)."""
     names = safe_names(names, tree.n_in, "x")  # the identifiers of model.txt / model.py
-    exprs = [round_floats(_plain(e), digits) for e in model_expressions(tree, mean, std, names)]
+    exprs = [round_floats(plain(e), digits) for e in model_expressions(tree, mean, std, names)]
     return "; ".join(sympy.sstr(e) for e in exprs)
 
 
@@ -65,7 +65,7 @@ def _module_source(exact: Sequence[sympy.Expr], names: Sequence[str], out_names:
               f"MEAN = {f32list(mean)}", f"STD = {f32list(std)}",
               f"META = {json.dumps(meta, sort_keys=True)!r}", "", "",
               "# protected functions: the exact semantics of gprl's kernels (gprl/functions.py)",
-              _PROTECTED_SOURCE.strip(), "", "",
+              PROTECTED_SOURCE.strip(), "", "",
               *LIBM_SOURCE_LINES,
               "def _check(X, dtype):", "    X = numpy.asarray(X, dtype=dtype)",
               f"    if X.ndim != 2 or X.shape[-1] != {n_in}:",

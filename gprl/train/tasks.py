@@ -20,7 +20,7 @@ import torch
 
 from gprl import envs
 from gprl.core.population import Population
-from gprl.evolve.algorithm import _mix
+from gprl.core.seeds import mix_seed
 from gprl.rl.export import export_policy
 from gprl.rl.policy import ActionMap, ObsNormalizer, evaluate_policies
 from gprl.train.checkpoint import population_from_state, population_state
@@ -145,7 +145,7 @@ class PolicyTask(Task):
 
     def _seed(self, *parts: int) -> int:
         # Gymnasium-style per-environment seeds seed + i must stay below 2**31
-        return _mix(self.seed, *parts) % (2**31 - 1 - self.total_envs)
+        return mix_seed(self.seed, *parts) % (2**31 - 1 - self.total_envs)
 
     def evaluate(self, population: Population, generation: int) -> tuple[torch.Tensor, dict[str, Any]]:
         length = episode_length_at(generation, self.start_length, self.final_length, self.ramp)

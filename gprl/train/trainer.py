@@ -57,7 +57,7 @@ def resolve_backend(env_cfg: dict[str, Any]) -> str:
     backend = env_cfg.get("backend", "auto")
     if backend not in ("auto", *envs.BACKENDS):
         raise ValueError(f"env.backend: unknown backend {backend!r}; choose one of {['auto', *envs.BACKENDS]}")
-    return envs._auto_backend(env_cfg["name"]) if backend == "auto" else backend
+    return envs.auto_backend(env_cfg["name"]) if backend == "auto" else backend
 
 
 def cuda_visible() -> bool:
