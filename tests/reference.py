@@ -1,5 +1,5 @@
-"""An independent reference evaluator written from the documented semantics (gprl/functions.py and the
-encoding in gprl/population.py). It walks trees in plain Python over NumPy rows and shares no code with
+"""An independent reference evaluator written from the documented semantics (gprl/core/functions.py and the
+encoding in gprl/core/population.py). It walks trees in plain Python over NumPy rows and shares no code with
 the library, so agreement is evidence, not tautology."""
 
 from __future__ import annotations

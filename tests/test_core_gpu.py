@@ -120,7 +120,7 @@ def test_opcheck_cuda():
     opcheck_all("cuda")
 
 
-# ---- evaluation strategies (gprl/strategy.py, kernels/strategy.h) ----
+# ---- evaluation strategies (gprl/backend/strategy.py, kernels/strategy.h) ----
 FIT, FWD = strategy.names("fitness"), strategy.names("forward")
 
 

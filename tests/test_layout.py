@@ -75,3 +75,18 @@ def test_no_private_names_across_modules():
                     and isinstance(node.value, ast.Name) and node.value.id in bound:
                 crossings.append(f"{m} uses {node.value.id}.{node.attr}")
     assert not crossings, "\n".join(crossings)
+
+
+def test_public_api_and_moved_module_paths():
+    import warnings
+
+    import gprl
+
+    for name in ("Population", "GeneticProgramming", "Dataset", "SymbolicRegressor", "SymbolicClassifier"):
+        assert isinstance(getattr(gprl, name), type), name
+    assert callable(gprl.envs.make) and callable(gprl.datasets.load)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import gprl.population as old
+    assert old.Population is gprl.Population
+    assert any("gprl.population moved to gprl.core.population" in str(w.message) for w in caught)

@@ -1,5 +1,5 @@
 """`torchrun train.py` on the CPU (gloo, 2 processes): the same result as one process, bit for bit; kill and resume
-with another number of processes; a rank that dies; bad configurations (gprl/distributed.py)."""
+with another number of processes; a rank that dies; bad configurations (gprl/train/distributed.py)."""
 
 import itertools
 import json

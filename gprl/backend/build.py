@@ -73,7 +73,7 @@ def _cuda_toolkit() -> str | None:
 
 
 def cache_dir() -> Path:
-    """Where compiled kernels (and the strategy calibration, gprl/strategy.py) are kept."""
+    """Where compiled kernels (and the strategy calibration, gprl/backend/strategy.py) are kept."""
     return Path(os.environ.get("GPRL_CACHE", Path.home() / ".cache" / "gprl"))
 
 

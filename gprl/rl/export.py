@@ -270,7 +270,7 @@ def numpy_source(exprs: Sequence[sympy.Expr], obs_names: Sequence[str], action_n
     if low is not None:
         lines += [f"LOW = {f32list(low)}", f"HIGH = {f32list(high)}", "CENTER, HALF = (LOW + HIGH) / 2, (HIGH - LOW) / 2"]
     lines += [f"META = {json.dumps(meta, sort_keys=True)!r}", "", "",
-              "# protected functions: the exact semantics of gprl's kernels (gprl/functions.py)",
+              "# protected functions: the exact semantics of gprl's kernels (gprl/core/functions.py)",
               PROTECTED_SOURCE.strip(), "", "",
               "# float32 transcendental functions: the C library's, so act() follows gprl's CPU kernels to the",
               "# last bit of a few values; without a loadable libm, float64 rounded once (within an ulp)",

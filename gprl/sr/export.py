@@ -64,7 +64,7 @@ def _module_source(exact: Sequence[sympy.Expr], names: Sequence[str], out_names:
               f"CLASSES = {None if classes is None else list(classes)!r}",
               f"MEAN = {f32list(mean)}", f"STD = {f32list(std)}",
               f"META = {json.dumps(meta, sort_keys=True)!r}", "", "",
-              "# protected functions: the exact semantics of gprl's kernels (gprl/functions.py)",
+              "# protected functions: the exact semantics of gprl's kernels (gprl/core/functions.py)",
               PROTECTED_SOURCE.strip(), "", "",
               *LIBM_SOURCE_LINES,
               "def _check(X, dtype):", "    X = numpy.asarray(X, dtype=dtype)",

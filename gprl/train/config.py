@@ -91,7 +91,7 @@ class WandbSchema:
 
 @dataclass
 class DistSchema:
-    """torchrun runs (gprl/distributed.py); ignored by a single process."""
+    """torchrun runs (gprl/train/distributed.py); ignored by a single process."""
 
     backend: str = "auto"      # auto | nccl | gloo
     timeout_s: float = 300.0   # the longest a collective waits for a dead or stuck rank
