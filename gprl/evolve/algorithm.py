@@ -14,23 +14,18 @@ Fitness: lower is better unless ``maximize=True`` (see ``gprl.selection``); NaN/
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import torch
 
 from gprl.backend.ops import ops
 from gprl.core.devices import canonical_device
-from gprl.core.encoding import MAX_DEPTH_LIMIT, METHODS
 from gprl.core.population import Population
 from gprl.core.seeds import mix_seed, seed_from
 from gprl.evolve import selection as S
+from gprl.evolve.config import DEFAULT_RATES, GPConfig  # noqa: F401 - DEFAULT_RATES: public here too
 from gprl.evolve.variation import OPS, VariationParams, weights_tensor
 
-DEFAULT_RATES: dict[str, float] = {
-    "crossover": 0.8, "subtree": 0.05, "point": 0.03, "multipoint": 0.01, "hoist": 0.02, "insert": 0.02,
-    "delete": 0.02, "constant": 0.03, "multiconstant": 0.02,
-}
+
 class ParetoArchive:
     """Best loss per tree length (and that tree), kept on the device without host syncs.
 
@@ -77,65 +72,32 @@ class GeneticProgramming:
     ``migrants`` best trees of each island are copied into the next island (a ring) in place of children.
     """
 
-    def __init__(self, n_in: int, n_out: int = 1, *, pop_size: int = 1000, max_len: int = 64,
-                 functions: Sequence[str] | dict[str, float] | None = None, init_method: str = "ramped",
-                 init_depth: tuple[int, int] = (2, 6), max_depth: int = 17, selection: str = "tournament",
-                 tournament_size: int = 7, truncation_fraction: float = 0.5, rank_pressure: float = 1.5,
-                 lexicase_epsilon: str | float | None = "mad", elitism: int = 1, parsimony: float = 0.0,
-                 maximize: bool = False, rates: dict[str, float] | None = None,
-                 crossover_leaf_prob: float | None = 0.1, subtree_depth: int = 4, multi_prob: float = 0.1,
-                 const_sigma: float = 0.1, const_prob: float = 0.2, const_range: tuple[float, float] = (-1.0, 1.0),
-                 output_prob: float = 0.3, islands: int = 1, migration_interval: int = 10, migrants: int = 1,
-                 seed: int | torch.Generator | None = 0, device=None):
-        if isinstance(pop_size, bool) or not isinstance(pop_size, (int, np.integer)) or pop_size < 1:
-            raise ValueError(f"pop_size must be an integer >= 1, got {pop_size!r}")
-        if isinstance(tournament_size, bool) or not isinstance(tournament_size, (int, np.integer)) \
-                or tournament_size < 1:
-            raise ValueError(f"tournament_size must be an integer >= 1, got {tournament_size!r}")
-        if selection not in S.SELECTIONS:
-            raise ValueError(f"selection must be one of {list(S.SELECTIONS)}, got {selection!r}")
-        if isinstance(elitism, bool) or not isinstance(elitism, (int, np.integer)) or not 0 <= elitism <= pop_size:
-            raise ValueError(f"elitism must be an integer in 0..pop_size ({pop_size}), got {elitism!r}")
-        for name, v in (("islands", islands), ("migration_interval", migration_interval), ("migrants", migrants)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < (0 if name == "migrants" else 1):
-                raise ValueError(f"{name} must be an integer >= {0 if name == 'migrants' else 1}, got {v!r}")
-        if pop_size % islands:
-            raise ValueError(f"pop_size ({pop_size}) must be a multiple of islands ({islands})")
-        if islands > 1 and elitism + migrants > pop_size // islands:
-            raise ValueError(f"elitism + migrants ({elitism} + {migrants}) must fit an island of "
-                             f"{pop_size // islands} trees; lower them or use fewer islands")
-        if init_method not in METHODS:
-            raise ValueError(f"init_method must be one of {list(METHODS)}, got {init_method!r}")
-        if not (isinstance(init_depth, (tuple, list)) and len(init_depth) == 2 and 0 <= init_depth[0] <= init_depth[1]
-                <= MAX_DEPTH_LIMIT):
-            raise ValueError(f"init_depth must be (min, max) with 0 <= min <= max <= 64, got {init_depth!r}")
-        if not (parsimony >= 0 and np.isfinite(parsimony)):
-            raise ValueError(f"parsimony must be a finite number >= 0, got {parsimony!r}")
-        rates = dict(DEFAULT_RATES if rates is None else rates)
-        for name, r in rates.items():
-            if name not in OPS or name == "exchange":
-                raise ValueError(f"rates: unknown operator {name!r}; choose from {[o for o in OPS if o != 'exchange']}")
-            if not (0.0 <= float(r) <= 1.0):
-                raise ValueError(f"rates: rate of {name!r} must be in [0, 1], got {r!r}")
-        if sum(rates.values()) > 1.0 + 1e-6:
-            raise ValueError(f"rates must sum to <= 1 (the rest is reproduction), got {sum(rates.values()):.4f}")
-        self.n_in, self.n_out, self.pop_size, self.max_len = n_in, n_out, int(pop_size), max_len
-        self.functions, self.init_method, self.init_depth = functions, init_method, tuple(init_depth)
-        self.selection, self.tournament_size = selection, int(tournament_size)
-        self.truncation_fraction, self.rank_pressure = truncation_fraction, rank_pressure
-        self.lexicase_epsilon, self.elitism, self.parsimony, self.maximize = lexicase_epsilon, int(elitism), \
-            float(parsimony), bool(maximize)
-        self.rates = rates
-        self.islands, self.migration_interval = int(islands), int(migration_interval)
-        self.migrants = int(migrants) if islands > 1 else 0
-        self.params = VariationParams(functions=functions, max_depth=max_depth, subtree_depth=subtree_depth,
-                                      crossover_leaf_prob=crossover_leaf_prob, multi_prob=multi_prob,
-                                      const_sigma=const_sigma, const_prob=const_prob, const_range=tuple(const_range),
-                                      output_prob=output_prob)
+    def __init__(self, n_in: int, n_out: int = 1, config: GPConfig | None = None, *,
+                 seed: int | torch.Generator | None = 0, device=None, **settings):
+        if "pop_size" in settings:  # the short name of population_size
+            settings["population_size"] = settings.pop("pop_size")
+        if config is None:
+            config = GPConfig(**settings)
+        elif settings:
+            config = config.replace(**settings)
+        self.config = c = config
+        self.n_in, self.n_out, self.pop_size, self.max_len = n_in, n_out, c.population_size, c.max_len
+        self.functions, self.init_method, self.init_depth = c.functions, c.init_method, c.init_depth
+        self.selection, self.tournament_size = c.selection, c.tournament_size
+        self.truncation_fraction, self.rank_pressure = c.truncation_fraction, c.rank_pressure
+        self.lexicase_epsilon, self.elitism, self.parsimony, self.maximize = c.lexicase_epsilon, int(c.elitism), \
+            float(c.parsimony), bool(c.maximize)
+        self.rates = rates = c.rates
+        self.islands, self.migration_interval = c.islands, c.migration_interval
+        self.migrants = c.migrants if c.islands > 1 else 0
+        self.params = VariationParams(functions=c.functions, max_depth=c.max_depth, subtree_depth=c.subtree_depth,
+                                      crossover_leaf_prob=c.crossover_leaf_prob, multi_prob=c.multi_prob,
+                                      const_sigma=c.const_sigma, const_prob=c.const_prob, const_range=c.const_range,
+                                      output_prob=c.output_prob)
         self.device = canonical_device(device)
         self.seed = seed_from(seed)
         self.generation = 0
-        self.archive = ParetoArchive(n_in, n_out, max_len, self.device)
+        self.archive = ParetoArchive(n_in, n_out, c.max_len, self.device)
         # operator per child (_operators): searchsorted of t / n plus a phase in the cumulative rates (tail: copy)
         names = [k for k, r in rates.items() if r > 0]
         self._op_codes = torch.tensor([OPS[k] for k in names] + [OPS["copy"]], dtype=torch.int32,

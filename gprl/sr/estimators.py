@@ -43,11 +43,11 @@ except ImportError:  # scikit-learn < 1.6 has them as BaseEstimator methods
     def _check_n_features(estimator, X, reset):
         estimator._check_n_features(X, reset=reset)
 
-from gprl.core import functions as F
 from gprl.core.dataset import check_float32_range
 from gprl.core.population import Population, unprotect
 from gprl.core.seeds import mix_seed
 from gprl.evolve.algorithm import GeneticProgramming
+from gprl.evolve.config import GPConfig
 from gprl.evolve.constants import tune_best
 from gprl.sr.datasets import check_features, check_targets
 from gprl.sr.objectives import ClassificationObjective, RegressionObjective
@@ -129,10 +129,9 @@ class _SymbolicBase(BaseEstimator):
 
     # ---- validation ----
     def _validate_params(self) -> None:
-        for name in ("population_size", "generations"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        v = self.generations
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"generations must be an integer >= 1, got {v!r}")
         if self.model_selection not in MODEL_SELECTIONS:
             raise ValueError(f"model_selection must be one of {MODEL_SELECTIONS}, got {self.model_selection!r}")
         if self.validation_fraction is not None and not (0 < float(self.validation_fraction) < 1):
@@ -141,12 +140,18 @@ class _SymbolicBase(BaseEstimator):
             raise ValueError(f"time_limit must be None or seconds > 0, got {self.time_limit!r}")
         if self.target_loss is not None and not np.isfinite(float(self.target_loss)):
             raise ValueError(f"target_loss must be None or a finite number, got {self.target_loss!r}")
-        F.function_weights(self.functions)
         for name, low in (("optimize_constants", 0), ("optimize_every", 1), ("optimizer_iterations", 1),
                           ("ensemble_size", 1)):
             v = getattr(self, name, low)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+
+    def _gp_config(self) -> GPConfig:
+        """The search settings among the estimator's parameters."""
+        return GPConfig(population_size=self.population_size, max_len=self.max_len, functions=self.functions,
+                        init_depth=self.init_depth, max_depth=self.max_depth, tournament_size=self.tournament_size,
+                        elitism=self.elitism, parsimony=float(self.parsimony), rates=self.rates,
+                        const_prob=self.const_prob, const_range=self.const_range)
 
     def _check_X(self, X, fitting: bool) -> np.ndarray:
         """X as float64 [n, d]; names and counts set at fit and compared later, as scikit-learn does (a
@@ -184,6 +189,7 @@ class _SymbolicBase(BaseEstimator):
     def _fit(self, X: np.ndarray, targets: np.ndarray, weight: np.ndarray | None, make_objective: Callable):
         """Evolves on (X, targets); ``make_objective(X, targets, weight)`` builds an objective for a row subset."""
         self._validate_params()
+        config = self._gp_config()  # checked before any work on the data
         device = resolve_device(self.device)
         seed = int(np.random.RandomState(self.random_state).randint(0, 2**31 - 1)) \
             if not isinstance(self.random_state, (int, np.integer)) else int(self.random_state)
@@ -216,12 +222,8 @@ class _SymbolicBase(BaseEstimator):
         n_islands = int(getattr(self, "ensemble_size", 1))
         # independent populations (islands without migration), evaluated together in one objective call;
         # island 0 runs with the estimator's own seed, so ensemble_size=1 is the plain single run
-        gps = [GeneticProgramming(
-            train.n_in, train.n_out, pop_size=int(self.population_size), max_len=self.max_len,
-            functions=list(self.functions), init_depth=tuple(self.init_depth), max_depth=self.max_depth,
-            tournament_size=self.tournament_size, elitism=self.elitism, parsimony=float(self.parsimony),
-            rates=self.rates, const_prob=self.const_prob, const_range=tuple(self.const_range),
-            seed=seed if k == 0 else mix_seed(seed, k), device=device) for k in range(n_islands)]
+        gps = [GeneticProgramming(train.n_in, train.n_out, config, seed=seed if k == 0 else mix_seed(seed, k),
+                                  device=device) for k in range(n_islands)]
         start = time.monotonic()
         pops = [gp.init() for gp in gps]
         watch = self.target_loss is not None or self.verbose or self.callback is not None

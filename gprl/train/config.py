@@ -7,10 +7,12 @@ in Hydra's ConfigStore; ``configs/config.yaml`` extends ``train_schema``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, make_dataclass
+from typing import Any, Optional
 
 from omegaconf import MISSING
+
+from gprl.evolve.config import hydra_fields
 
 
 @dataclass
@@ -26,32 +28,14 @@ class EnvSchema:
     per_backend: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class GPSchema:
-    population_size: int | None = None
-    generations: int | None = None
-    time_limit: float | None = None
-    target_return: float | None = None
-    max_len: int = 64
-    init_method: str = "ramped"
-    init_depth: list[int] = field(default_factory=lambda: [1, 4])
-    max_depth: int = 8
-    functions: list[str] = field(default_factory=list)
-    selection: str = "tournament"
-    tournament_size: int = 5
-    elitism: int = 10
-    parsimony: float = 0.0
-    islands: int = 1
-    migration_interval: int = 10
-    migrants: int = 1
-    rates: dict[str, float] = field(default_factory=dict)
-    crossover_leaf_prob: float | None = 0.1
-    subtree_depth: int = 4
-    multi_prob: float = 0.1
-    const_sigma: float = 0.1
-    const_prob: float = 0.2
-    const_range: list[float] = field(default_factory=lambda: [-1.0, 1.0])
-    output_prob: float = 0.5
+# the gp group: the stopping rules, then every GPConfig setting (population_size null: the env's default)
+GPSchema = make_dataclass("GPSchema", [
+    ("population_size", Optional[int], field(default=None)),  # noqa: UP045 - OmegaConf's form
+    ("generations", Optional[int], field(default=None)),  # noqa: UP045
+    ("time_limit", Optional[float], field(default=None)),  # noqa: UP045
+    ("target_return", Optional[float], field(default=None)),  # noqa: UP045
+    *((name, kind, value) for name, kind, value in hydra_fields() if name != "population_size"),
+])
 
 
 @dataclass

@@ -29,6 +29,7 @@ import torch
 from gprl import envs
 from gprl.core.population import Population
 from gprl.evolve.algorithm import GeneticProgramming
+from gprl.evolve.config import GPConfig
 from gprl.train import distributed
 from gprl.train.checkpoint import (
     check_config,
@@ -104,17 +105,9 @@ def make_task(cfg: dict[str, Any], dist: distributed.Dist | None = None) -> Task
 
 
 def make_gp(gp: dict[str, Any], task: Task, seed: int) -> GeneticProgramming:
-    return GeneticProgramming(
-        task.n_in, task.n_out, pop_size=int(gp["population_size"]), max_len=int(gp["max_len"]),
-        functions=list(gp["functions"]), init_method=gp["init_method"], init_depth=tuple(gp["init_depth"]),
-        max_depth=int(gp["max_depth"]), selection=gp["selection"], tournament_size=int(gp["tournament_size"]),
-        elitism=min(int(gp["elitism"]), int(gp["population_size"])), maximize=task.maximize, rates=dict(gp["rates"]),
-        crossover_leaf_prob=gp.get("crossover_leaf_prob"), subtree_depth=int(gp["subtree_depth"]),
-        multi_prob=float(gp["multi_prob"]), const_sigma=float(gp["const_sigma"]),
-        const_prob=float(gp["const_prob"]), const_range=tuple(gp["const_range"]),
-        output_prob=float(gp["output_prob"]), islands=int(gp["islands"]),
-        migration_interval=int(gp["migration_interval"]), migrants=int(gp["migrants"]), seed=seed,
-        device=getattr(task, "device", None))
+    config = GPConfig.from_mapping(gp, maximize=task.maximize,
+                                   elitism=min(int(gp["elitism"]), int(gp["population_size"])))
+    return GeneticProgramming(task.n_in, task.n_out, config, seed=seed, device=getattr(task, "device", None))
 
 
 def _check_positive(name: str, value, allow_none: bool = True) -> None:
