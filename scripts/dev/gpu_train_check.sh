@@ -2,7 +2,8 @@
 # Policy search on a GPU: `python train.py env=hopper` on Brax with a wall-clock budget, then the exported
 # policy replayed on 10 fresh Brax episodes (scripts/replay.py).
 #
-# Usage: [TIME_LIMIT=330] bash scripts/gpu_train_check.sh [--wheels DIR] [--out DIR] [extra Hydra overrides]
+# Usage: [TIME_LIMIT=330] bash scripts/dev/gpu_train_check.sh [--wheels DIR] [--out DIR]
+#                         [extra Hydra overrides]
 #   e.g. gp.population_size=8192  'env.episode_schedule={start: 100, ramp_generations: 20}'
 #        'env.kwargs={pipeline: spring}'  task.validation_episodes=64
 #   --wheels DIR  folder of wheels to install without network access into /tmp/site, put on PYTHONPATH (env

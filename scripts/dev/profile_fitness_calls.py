@@ -9,7 +9,7 @@ call once the host runs ahead (``gpu_bound_us``: kernels and the gaps between th
 is far below its event time is bound by launch and host overhead; one whose kernel time dominates, by the
 kernel. ``floor`` gives the event time of one bare kernel launch (``x.add_(1)``) and of ``torch.empty``.
 
-    python scripts/profile_fitness_calls.py [--cells 100x60 1000x392 ...] [--strategy level warp ...]
+    python scripts/dev/profile_fitness_calls.py [--cells 100x60 1000x392 ...] [--strategy level warp ...]
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout's gprl
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_eval's workload and timing
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's gprl
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/bench_eval.py: workload and timing
 from bench_eval import FUNCTIONS, queued_host_us, time_call
 
 from gprl import Dataset, Population, strategy

@@ -30,7 +30,7 @@ and the CUDA runtime and driver calls that took the host's time (their sequence 
 Every loop runs the adapter's jitted functions, compiled with its options (CUDA graphs of any length;
 ``--no-cuda-graphs``: JAX's defaults, and whatever ``XLA_FLAGS`` says).
 
-    python scripts/profile_brax_exchange.py --num-envs 8192 [--loops raw ours fused_only] [--trace]
+    python scripts/dev/profile_brax_exchange.py --num-envs 8192 [--loops raw ours fused_only] [--trace]
 """
 
 from __future__ import annotations

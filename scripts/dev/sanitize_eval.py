@@ -1,7 +1,7 @@
 """Runs every evaluation kernel path (every strategy) once on small inputs, for compute-sanitizer:
 
-    compute-sanitizer --tool memcheck python3 scripts/sanitize_eval.py
-    compute-sanitizer --tool racecheck python3 scripts/sanitize_eval.py level   # only the named strategies
+    compute-sanitizer --tool memcheck python3 scripts/dev/sanitize_eval.py
+    compute-sanitizer --tool racecheck python3 scripts/dev/sanitize_eval.py level   # named ones only
 
 Named strategies leave out the automatic choice and the policy path, which keeps a racecheck run short
 (18-21 s a strategy on an H100; with those paths, three strategies did not finish within 400 s).

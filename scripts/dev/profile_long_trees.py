@@ -4,7 +4,7 @@ Per (P, D) cell of ``scripts/bench_eval.py``'s workload and per strategy, the GP
 host ahead of the GPU (``profile_fitness_calls.behind_sleep_us``) for the population as it is, sorted longest
 first or shortest first, with its 1% longest trees replaced by a median tree, and for those 1% alone.
 
-    python scripts/profile_long_trees.py
+    python scripts/dev/profile_long_trees.py
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout's gprl
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's gprl
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/bench_eval.py
 from bench_eval import FUNCTIONS
 from profile_fitness_calls import behind_sleep_us
 

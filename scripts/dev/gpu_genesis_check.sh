@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Genesis on a GPU machine without network access: the Genesis GPU test and scripts/bench_envs.py
-# --backends genesis (and, on request, scripts/profile_genesis_step.py).
+# --backends genesis (and, on request, scripts/dev/profile_genesis_step.py).
 #
-#   bash scripts/gpu_genesis_check.sh pack                          # with network access: pack Genesis' stack
-#   bash scripts/gpu_genesis_check.sh stash                         # optional, on the GPU machine
-#   bash scripts/gpu_genesis_check.sh run [--out DIR] [sizes...]    # on the GPU machine: unpack, test, benchmark
+#   bash scripts/dev/gpu_genesis_check.sh pack                          # with network access: pack Genesis' stack
+#   bash scripts/dev/gpu_genesis_check.sh stash                         # optional, on the GPU machine
+#   bash scripts/dev/gpu_genesis_check.sh run [--out DIR] [sizes...]    # on the GPU machine: unpack, test, benchmark
 #
 # `pack` downloads genesis-world 1.4.5 and its dependencies as CPython 3.12 manylinux wheels (~290 MB), unpacks
 # them into one site tree and writes it as an xz tarball (~106 MB) in two parts of at most 56 MB: .gsa/ (part
@@ -18,9 +18,10 @@
 # `pytest -m gpu tests/test_envs_genesis.py` and bench_envs.py at the given sizes (default: bench_envs.py's).
 # Output folder (--out DIR or env OUT; default ./gpu_out): build.log, gpu_tests_genesis.log,
 # bench_envs_genesis.json, bench_genesis.err, profile_genesis_step_<N>.json/.err and qdcache.tar.xz.
-# Environment for `run`: SKIP_TESTS=1 (no GPU test), PROFILE_SIZES="1024 ..." (scripts/profile_genesis_step.py
-# at those sizes, before the benchmark; PROFILE_ARGS: its further options), SKIP_BENCH=1 (no benchmark),
-# BENCH_ARGS (bench_envs.py's further options), BENCH_TIMEOUT (seconds, default 400).
+# Environment for `run`: SKIP_TESTS=1 (no GPU test), PROFILE_SIZES="1024 ..."
+# (scripts/dev/profile_genesis_step.py at those sizes, before the benchmark; PROFILE_ARGS: its further
+# options), SKIP_BENCH=1 (no benchmark), BENCH_ARGS (bench_envs.py's further options), BENCH_TIMEOUT
+# (seconds, default 400).
 #
 # Most of a fresh machine's first Genesis scene goes into compiling Genesis' kernels (4.5-5.5 min on an H100).
 # `run` leaves that compile cache in the output folder (qdcache.tar.xz, ~1 MB); put it in .gsc/ and the next
@@ -93,9 +94,9 @@ case "${1:-}" in
       timeout 400 python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/test_envs_genesis.py 2>&1 \
         | tee "$OUT/gpu_tests_genesis.log" | tail -n 15
     fi
-    for n in ${PROFILE_SIZES:-}; do  # where the step's time goes (scripts/profile_genesis_step.py)
+    for n in ${PROFILE_SIZES:-}; do  # where the step's time goes (scripts/dev/profile_genesis_step.py)
       # shellcheck disable=SC2086
-      timeout 400 python3 scripts/profile_genesis_step.py --num-envs "$n" --trace ${PROFILE_ARGS:-} \
+      timeout 400 python3 scripts/dev/profile_genesis_step.py --num-envs "$n" --trace ${PROFILE_ARGS:-} \
         > "$OUT/profile_genesis_step_$n.json" 2> "$OUT/profile_genesis_step_$n.err"
       tail -c 1500 "$OUT/profile_genesis_step_$n.json"; echo
     done

@@ -5,7 +5,7 @@ writes the PD targets into Genesis' buffer itself); ``scene_step+<part>``: ``sce
 step in place (what it costs between Genesis' steps, against what it costs alone); the GPU time of one replay
 of each graph; the host time of the step's parts alone.
 
-    python scripts/profile_genesis_step.py --num-envs 1024        # JSON on stdout
+    python scripts/dev/profile_genesis_step.py --num-envs 1024        # JSON on stdout
 
 Loops are timed interleaved (``--repeats`` rounds, the order reversed every other round), each a rollout of
 ``--steps`` steps from the same reset with the same actions, synchronised before the clock stops; figures are
@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from gprl.envs.genesis_env import _Graphed
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_eval's timing helpers
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/bench_eval.py: timing helpers
 from bench_eval import queued_host_us
 
 Loop = tuple[Callable[[], object], Callable[[], None]]  # untimed start (the reset), timed steps

@@ -4,7 +4,7 @@ Single-node trees f(x0) are evaluated by the forward op on millions of float32 i
 magnitudes, the floats nearest to multiples of pi/2 (where the argument reduction cancels) with their
 neighbours, and beyond the CPU rows' fast range (|x| > 2^20, where libm takes over). Prints one JSON document.
 
-    python scripts/trig_accuracy.py --out results/trig_accuracy_cpu.json
+    python scripts/dev/trig_accuracy.py --out results/trig_accuracy_cpu.json
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout's gprl
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's gprl
 
 from gprl import Population
 from gprl.backend.ops import ops

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU check: install gprl, build the CUDA kernels, run the GPU tests, compute-sanitizer and the GPU benchmarks.
 #
-# Usage: bash scripts/gpu_check.sh [--wheels DIR] [--out DIR] [pytest paths...]
+# Usage: bash scripts/dev/gpu_check.sh [--wheels DIR] [--out DIR] [pytest paths...]
 #   --wheels DIR  folder of wheels (the simulators: brax, mujoco, ...) to install without network access into
 #                 /tmp/site, put on PYTHONPATH (env WHEELS; default .whl/ when it holds any wheel)
 #   --out DIR     output folder (env OUT; default ./gpu_out)
@@ -39,7 +39,7 @@ echo "build seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/build.log"
 timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider "${@:-tests}" 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 30
 if [ -z "${SKIP_SANITIZER:-}" ]; then
   for tool in memcheck racecheck; do
-    timeout 240 compute-sanitizer --tool $tool --print-limit 20 python3 scripts/sanitize_eval.py 2>&1 \
+    timeout 240 compute-sanitizer --tool $tool --print-limit 20 python3 scripts/dev/sanitize_eval.py 2>&1 \
       | tail -n 4 | sed "s/^/[$tool] /" | tee -a "$OUT/build.log"
   done
 fi

@@ -3,9 +3,9 @@
 # (timed), run the GPU tests (tests/test_core_gpu.py: every strategy against the CPU) and the CPU-side strategy
 # and op-check tests, time every strategy against the automatic choice (bench_eval.py --strategies, for fitness
 # and forward), run the default SR-fitness benchmark (the peak throughput; compare results/README.md on the same
-# device) and compute-sanitizer memcheck of every strategy (scripts/sanitize_eval.py).
+# device) and compute-sanitizer memcheck of every strategy (scripts/dev/sanitize_eval.py).
 #
-# Usage: bash scripts/gpu_strat_check.sh [--out DIR]
+# Usage: bash scripts/dev/gpu_strat_check.sh [--out DIR]
 #   --out DIR  output folder (env OUT; default ./gpu_out): build.log (device, build and calibration times),
 #              calibration.json (the cost model's tables), gpu_tests.log, bench_strategies.json,
 #              bench_forward.json, bench_default.json, bench.err and sanitizer.log
@@ -65,7 +65,7 @@ timeout "$(budget 70 30)" python3 scripts/bench_eval.py --device cuda > "$OUT/be
 
 # 8. sanitizer.log
 if [ -z "${SKIP_SANITIZER:-}" ] && [ "$(left)" -gt 45 ]; then
-  timeout "$(budget 10 30)" compute-sanitizer --tool memcheck --print-limit 20 python3 scripts/sanitize_eval.py \
+  timeout "$(budget 10 30)" compute-sanitizer --tool memcheck --print-limit 20 python3 scripts/dev/sanitize_eval.py \
     2>&1 | tail -n 6 | tee "$OUT/sanitizer.log"
 else
   echo "sanitizer skipped (time left: $(left) s)" | tee "$OUT/sanitizer.log"

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Symbolic regression and classification on a GPU (scripts/sr_check.py): Feynman I.9.18 test MSE and wall clock
+# Symbolic regression and classification on a GPU (scripts/dev/sr_check.py): Feynman I.9.18 test MSE and wall clock
 # at 100,000 training rows; held-out accuracy on breast_cancer and wine over several splits.
 #
-# Usage: bash scripts/gpu_sr_check.sh [--out DIR] [sr_check.py options...]
+# Usage: bash scripts/dev/gpu_sr_check.sh [--out DIR] [sr_check.py options...]
 #   --out DIR   output folder (env OUT; default ./gpu_out): sr_build.log (device, kernel build time),
 #               sr_check.log and sr_check.json
-#   e.g. bash scripts/gpu_sr_check.sh --cls-ensemble 10 --cls-options '{"validation_fraction": 0.2}' --seeds 20 --first-seed 30
+#   e.g. bash scripts/dev/gpu_sr_check.sh --cls-ensemble 10 --cls-options '{"validation_fraction": 0.2}' --seeds 20 --first-seed 30
 # Run it from the repository root with python3, CUDA torch and scikit-learn installed (gprl importable from
 # the checkout). About 6 minutes with the defaults, the one-time kernel build included;
 # sr_check.py is stopped after 420 s. Environment: TORCH_CUDA_ARCH_LIST (default 9.0), GPRL_CACHE
@@ -25,5 +25,5 @@ nvidia-smi -L | tee "$OUT/sr_build.log"
 start=$(date +%s)
 python3 -c "import gprl.backend.ops, gprl.backend.build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/sr_build.log"
 echo "build seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/sr_build.log"
-timeout 420 python3 scripts/sr_check.py --device cuda --out "$OUT/sr_check.json" "$@" 2>&1 | tee "$OUT/sr_check.log"
+timeout 420 python3 scripts/dev/sr_check.py --device cuda --out "$OUT/sr_check.json" "$@" 2>&1 | tee "$OUT/sr_check.log"
 cat "$OUT/sr_check.json" 2>/dev/null || echo "sr_check.json missing: see $OUT/sr_check.log"

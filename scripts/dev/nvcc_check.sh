@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compiles the CUDA sources without a GPU (syntax and template errors only): bash scripts/nvcc_check.sh [files]
+# Compiles the CUDA sources without a GPU (syntax and template errors only): bash scripts/dev/nvcc_check.sh [files]
 set -euo pipefail
 TI=$(python -c "import torch, os; print(os.path.join(os.path.dirname(torch.__file__), 'include'))")
 # the CPU build of torch lacks this generated header; an empty one suffices for compiling

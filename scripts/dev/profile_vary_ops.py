@@ -1,6 +1,6 @@
 """Kernel time of gprl::vary per operator (every child made by one operator, with and without the depth
 check) and the wall time of a full generation step, on CUDA; prints JSON. It shows which operator or check
-dominates a step. Usage: python scripts/profile_vary_ops.py [--pop 100000] [--max-len 512]"""
+dominates a step. Usage: python scripts/dev/profile_vary_ops.py [--pop 100000] [--max-len 512]"""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@
 # kernel build.
 #
 # Usage: [MEASURED=3] [LENGTH=300] [KS="2 4"] [POP=20000] [BACKEND=brax] [DEVICE=cuda] \
-#          bash scripts/gpu_dist_check.sh [--wheels DIR] [--out DIR] [extra Hydra overrides]
+#          bash scripts/dev/gpu_dist_check.sh [--wheels DIR] [--out DIR] [extra Hydra overrides]
 #   --wheels DIR  folder of wheels to install without network access into /tmp/site, put on PYTHONPATH (env
 #                 WHEELS; default .whl/ when it holds any wheel): the simulators and the training app's
 #                 dependencies (hydra-core, omegaconf, antlr4-python3-runtime, tqdm; see gpu_train_check.sh)
@@ -21,7 +21,7 @@
 # NVLink multicast (NVLS) is off for NCCL and torch's symmetric memory, as in the runs of results/README.md;
 # drop the export of NCCL_NVLS_ENABLE etc. below to let NCCL use it.
 # Dry run of the script's logic on a CPU machine (gloo, no install):
-#   NO_INSTALL=1 NGPU=2 BACKEND=mujoco DEVICE=cpu POP=40 LENGTH=50 bash scripts/gpu_dist_check.sh
+#   NO_INSTALL=1 NGPU=2 BACKEND=mujoco DEVICE=cpu POP=40 LENGTH=50 bash scripts/dev/gpu_dist_check.sh
 set -uo pipefail
 OUT=${OUT:-gpu_out}; WHEELS=${WHEELS:-.whl}
 while [ $# -gt 0 ]; do
@@ -51,7 +51,7 @@ nvidia-smi -L 2>&1 | tee -a "$OUT/report.txt"
 NGPU=${NGPU:-$(nvidia-smi -L | grep -c '^GPU')}
 KS=${KS:-$( [ "$NGPU" -ge 4 ] && echo "2 4" || echo "2" )}
 python3 -c "import hydra, omegaconf, tqdm, $BACKEND" 2>>"$OUT/report.txt" || {
-  echo "missing hydra-core/omegaconf/tqdm/$BACKEND: install them or put their wheels in $WHEELS (see scripts/gpu_train_check.sh)" | tee -a "$OUT/report.txt"
+  echo "missing hydra-core/omegaconf/tqdm/$BACKEND: install them or put their wheels in $WHEELS (see scripts/dev/gpu_train_check.sh)" | tee -a "$OUT/report.txt"
   exit 1; }
 start=$(date +%s)
 python3 -c "import gprl.backend.ops, gprl.backend.build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/report.txt"

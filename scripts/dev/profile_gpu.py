@@ -1,6 +1,6 @@
 """Kernel-level profile of one generation step and of SR fitness calls (torch.profiler; CUDA machine).
 
-    python scripts/profile_gpu.py --pop 100000 --max-len 512
+    python scripts/dev/profile_gpu.py --pop 100000 --max-len 512
 """
 
 from __future__ import annotations

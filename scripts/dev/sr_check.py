@@ -5,8 +5,8 @@
 * Held-out accuracy on breast_cancer and wine (scikit-learn's data, stratified 75/25 splits), several seeds;
   ``--cls-ensemble K`` averages K independently evolved formulas (``SymbolicClassifier(ensemble_size=K)``).
 
-    python scripts/sr_check.py --device cuda --out gpu_out/sr_check.json
-    python scripts/sr_check.py --device cuda --only breast_cancer wine --cls-ensemble 10   # 10 x 5,000 trees
+    python scripts/dev/sr_check.py --device cuda --out gpu_out/sr_check.json
+    python scripts/dev/sr_check.py --device cuda --only breast_cancer wine --cls-ensemble 10  # 10 x 5k trees
 """
 
 from __future__ import annotations
