@@ -3,7 +3,7 @@
 // of trig-heavy trees. The functions here are plain branch-free arithmetic that the row loops vectorise.
 // They compute the same mathematical function to within 0.504 ulp of the exact value (argument reduction and
 // polynomials in double, one rounding to float at the end: correctly rounded but for ~4 in 10^4 arguments;
-// tests/test_core_eval.py checks <= 1 ulp; glibc's tanf reaches 1.4 ulp), and rows outside the fast range
+// tests/core/test_eval.py checks <= 1 ulp; glibc's tanf reaches 1.4 ulp), and rows outside the fast range
 // (|x| > TRIG_FAST_MAX, inf, NaN) go through nodes.h's apply() itself, which does not clamp these finite
 // results either. CUDA keeps its own sinf/cosf/tanf via apply().
 #pragma once

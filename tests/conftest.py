@@ -1,10 +1,5 @@
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).parent))  # tests/reference.py
 
 
 def pytest_collection_modifyitems(config, items):

@@ -15,7 +15,7 @@
 # machine one after the other).
 # `run` unpacks the parts (.gsa/ or /tmp/gs_stash/, and .gsb/) into /tmp/site once and puts it on PYTHONPATH,
 # installs the GL libraries and gprl (editable, no network), imports pyglet headless, then runs
-# `pytest -m gpu tests/test_envs_genesis.py` and bench_envs.py at the given sizes (default: bench_envs.py's).
+# `pytest -m gpu tests/envs/test_genesis.py` and bench_envs.py at the given sizes (default: bench_envs.py's).
 # Output folder (--out DIR or env OUT; default ./gpu_out): build.log, gpu_tests_genesis.log,
 # bench_envs_genesis.json, bench_genesis.err, profile_genesis_step_<N>.json/.err and qdcache.tar.xz.
 # Environment for `run`: SKIP_TESTS=1 (no GPU test), PROFILE_SIZES="1024 ..."
@@ -91,7 +91,7 @@ case "${1:-}" in
     python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$OUT/build.log" 2>&1
     nvidia-smi -L | tee -a "$OUT/build.log"
     if [ -z "${SKIP_TESTS:-}" ]; then
-      timeout 400 python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/test_envs_genesis.py 2>&1 \
+      timeout 400 python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/envs/test_genesis.py 2>&1 \
         | tee "$OUT/gpu_tests_genesis.log" | tail -n 15
     fi
     for n in ${PROFILE_SIZES:-}; do  # where the step's time goes (scripts/dev/profile_genesis_step.py)

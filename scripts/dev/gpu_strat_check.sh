@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Evaluation strategies on a GPU: build the kernels, calibrate the strategy cost model from an empty cache
-# (timed), run the GPU tests (tests/test_core_gpu.py: every strategy against the CPU) and the CPU-side strategy
-# and op-check tests, time every strategy against the automatic choice (bench_eval.py --strategies, for fitness
+# (timed), run the GPU tests (tests/backend/test_gpu.py: every strategy against the CPU) and the CPU-side
+# strategy and op-check tests, time every strategy against the automatic choice (bench_eval.py --strategies, for fitness
 # and forward), run the default SR-fitness benchmark (the peak throughput; compare results/README.md on the same
 # device) and compute-sanitizer memcheck of every strategy (scripts/dev/sanitize_eval.py).
 #
@@ -50,9 +50,9 @@ PY
 cp "$GPRL_CACHE"/strategy/*.json "$OUT/calibration.json" 2>/dev/null
 
 # 3. gpu_tests.log: every GPU test, then the CPU-side strategy and op-check tests (this machine's toolchain)
-timeout "$(budget 240 90)" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_core_gpu.py 2>&1 \
+timeout "$(budget 240 90)" python3 -m pytest -q -p no:cacheprovider -m gpu tests/backend/test_gpu.py 2>&1 \
   | tee "$OUT/gpu_tests.log" | tail -n 25
-timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_core_strategy.py tests/test_core_api.py 2>&1 | tee -a "$OUT/gpu_tests.log" \
+timeout 60 python3 -m pytest -q -p no:cacheprovider tests/backend/test_strategy.py tests/core/test_api.py 2>&1 | tee -a "$OUT/gpu_tests.log" \
   | tail -n 3
 echo "time left: $(left) s"
 

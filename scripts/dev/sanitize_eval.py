@@ -36,7 +36,7 @@ def main() -> None:
                 pop.forward(X, strategy=s)
             for s in fit:
                 if s == "warp" and n_out > 1:
-                    continue  # single-output only (an error, tested in tests/test_core_gpu.py)
+                    continue  # single-output only (an error, tested in tests/backend/test_gpu.py)
                 pop.fitness(X, y, metric="mae", strategy=s)
                 pop.fitness(X, y, weight=torch.rand(D, device=dev), strategy=s)
         if auto:

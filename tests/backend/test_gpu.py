@@ -2,12 +2,13 @@
 
 import numpy as np
 import pytest
-import reference as ref
 import torch
 
 import gprl
 from gprl import Population, strategy
 from gprl.core.functions import BY_NAME
+from tests.backend.helpers import opcheck_all
+from tests.reference import evaluator as ref
 
 pytestmark = pytest.mark.gpu
 ALL = list(BY_NAME)
@@ -116,7 +117,6 @@ def test_malformed_tree_gives_nan_not_a_crash():
 
 
 def test_opcheck_cuda():
-    from test_core_api import opcheck_all
     opcheck_all("cuda")
 
 

@@ -6,14 +6,13 @@ import torch
 import gprl
 from gprl import OPS, GeneticProgramming, VariationParams, vary
 from gprl.core.functions import BY_NAME
+from tests.evolve.helpers import population, random_rounds
 
 pytestmark = pytest.mark.gpu
 ALL = list(BY_NAME)
 
 
 def test_one_million_random_applications_stay_valid_on_gpu():
-    from test_ops_variation import population, random_rounds
-
     pop = population(20000, n_in=3, n_out=3, max_len=64, seed=11, device="cuda")
     random_rounds(pop, 50, seed=12, device="cuda")
 

@@ -14,7 +14,7 @@ pytest.importorskip("mujoco", reason="needs the mujoco extra: pip install -e '.[
 pytest.importorskip("gymnasium", reason="needs the gymnasium extra: pip install -e '.[gymnasium]'")
 pytest.importorskip("matplotlib", reason="needs matplotlib (the train extra)")
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_policies.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_policies.py"
 
 
 def load_script():

@@ -68,7 +68,7 @@ def test_from_expressions_of_to_sympy_evaluates_identically():
     X = torch.from_numpy(np.random.default_rng(0).uniform(-3, 3, size=(40, 4)).astype(np.float32))
     a, b = pop.forward(X).double(), back.forward(X).double()
     close = (a - b).abs() <= 1e-5 * torch.maximum(a.abs(), b.abs()) + 1e-6
-    assert float(close.double().mean()) > 0.995  # rare rounding-decided points aside (see reference.py)
+    assert float(close.double().mean()) > 0.995  # rare rounding-decided points aside (tests/reference)
 
 
 def test_from_expressions_strings_names_and_errors():

@@ -4,7 +4,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_compare.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_compare.py"
 
 
 def run(tmp_path, *args):

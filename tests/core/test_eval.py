@@ -1,13 +1,13 @@
-"""forward and fitness against the independent reference evaluator (tests/reference.py)."""
+"""forward and fitness against the independent reference evaluator (tests/reference/evaluator.py)."""
 
 import numpy as np
 import pytest
-import reference as ref
 import torch
 
 import gprl
 from gprl import Population
 from gprl.core.functions import BY_NAME
+from tests.reference import evaluator as ref
 
 ALL = list(BY_NAME)
 

@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from test_train_app import ROOT, run_train, train
+
+from tests.train.helpers import ROOT, run_train, train
 
 
 def test_policy_path_imports_without_the_sr_extra():

@@ -11,17 +11,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_train_app import (
-    _digest,
-    _wandb_records,
+
+from gprl import datasets
+from tests.train.helpers import (
     assert_same_final_population,
+    digest,
     kill_and_resume,
     metrics,
     run_train,
+    wandb_records,
 )
-from test_train_app import train as train_policy
-
-from gprl import datasets
+from tests.train.helpers import train as train_policy
 
 SR = ["task=sr", "dataset=koza_quartic", "gp.population_size=200", "wandb.mode=disabled", "progress=false"]
 CLF = ["task=classification", "dataset=wine", "gp.population_size=200", "wandb.mode=disabled", "progress=false"]
@@ -81,7 +81,7 @@ def test_sr_run_writes_every_file_and_model_py_reproduces_the_loss(tmp_path):
     # W&B (offline): the per-generation history and the exported files as the "model" artifact
     (run_file,) = (run / "wandb").glob("offline-run-*/run-*.wandb")
     history, artifacts = [], {}
-    for r in _wandb_records(run_file):
+    for r in wandb_records(run_file):
         kind = r.WhichOneof("record_type")
         if kind == "history":
             history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item})
@@ -119,11 +119,11 @@ def test_sr_killed_and_resumed_run_is_bit_identical(tmp_path):
 
 def test_resuming_a_policy_run_as_sr_fails_and_leaves_the_run(tmp_path):
     train_policy(tmp_path, "policy", "gp.generations=1", "wandb.mode=disabled")
-    before = _digest(tmp_path / "policy")
+    before = digest(tmp_path / "policy")
     res = train(tmp_path, "x", *SR, "gp.generations=2", f"resume={tmp_path / 'policy'}", check=False)
     assert res.returncode != 0
     assert "does not match" in res.stderr and "task: run has 'policy', this configuration 'sr'" in res.stderr
-    assert _digest(tmp_path / "policy") == before
+    assert digest(tmp_path / "policy") == before
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -164,7 +164,7 @@ def test_every_strategy_gives_the_same_result_on_cpu():
 
 
 def run_python(code, **env):
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     full = {**os.environ, "PYTHONPATH": str(repo), **env}
     full.pop("GPRL_CACHE")
     if KERNEL_CACHE:  # importing gprl loads the kernels: reuse the compiled ones

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_train_app import ROOT, TINY, assert_same_final_population, metrics, run_train
 
 from gprl import Population, distributed
 from gprl.train.distributed import Dist, ordered_sum, shard_bounds
 from gprl.train.tasks import PolicyTask
+from tests.train.helpers import ROOT, TINY, assert_same_final_population, metrics, run_train
 
 # 11 trees (uneven shards), 2 episodes each, episodes long enough that a run can be killed in the middle
 POLICY = [*TINY, "gp.population_size=11", "env.episodes=2", "env.episode_length=120", "gp.generations=6",

@@ -139,7 +139,8 @@ def test_per_backend_defaults_fill_only_null_entries():
 
     from gprl.train.trainer import apply_backend_defaults
 
-    env = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[1] / "configs" / "env" / "hopper.yaml"))
+    hopper = Path(__file__).parents[2] / "configs" / "env" / "hopper.yaml"
+    env = OmegaConf.to_container(OmegaConf.load(hopper))
     gp = {"population_size": None, "time_limit": None}
     brax = apply_backend_defaults({"env": {**env, "backend": "brax"}, "gp": dict(gp), "task": {}})
     assert brax["gp"]["population_size"] == 16384 and brax["env"]["kwargs"] == {"pipeline": "generalized"}

@@ -1,11 +1,11 @@
 """The generation loop: elitism, archive, determinism and end-to-end symbolic regression on the CPU."""
 
-import gp_reference as ref
 import pytest
 import torch
 
 import gprl
 from gprl import GeneticProgramming, Population
+from tests.reference import variation as ref
 
 QUARTIC_X = torch.linspace(-1, 1, 20)[:, None]
 QUARTIC_Y = (QUARTIC_X ** 4 + QUARTIC_X ** 3 + QUARTIC_X ** 2 + QUARTIC_X)[:, 0]
@@ -83,9 +83,9 @@ def test_quartic_is_solved_by_most_seeds():
 
 
 def ref_eval(tree):
-    import reference  # tests/reference.py: the independent pure-Python evaluator
+    from tests.reference import evaluator  # the independent pure-Python evaluator
 
-    return reference.eval_population(tree, QUARTIC_X)[0, :, 0]
+    return evaluator.eval_population(tree, QUARTIC_X)[0, :, 0]
 
 
 def test_gp_argument_errors():

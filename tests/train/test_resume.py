@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from test_train_app import ROOT, TINY, _digest, metrics, train
 
 from gprl.train.trainer import _truncate_metrics
+from tests.train.helpers import ROOT, TINY, digest, metrics, train
 
 BASE = ["gp.generations=3", "checkpoint_every=1", "wandb.mode=disabled"]
 
@@ -63,13 +63,13 @@ def test_no_intact_checkpoint_is_one_clear_error(base, tmp_path):
     (run / "checkpoints" / "gen_000003.pt").write_bytes(b"")
     second = run / "checkpoints" / "gen_000002.pt"
     second.write_bytes(second.read_bytes()[:1000])
-    before = _digest(run)
+    before = digest(run)
     res = train(tmp_path, "resumer", *BASE, f"resume={run}", check=False)
     assert res.returncode != 0 and "Traceback" not in res.stderr
     err = res.stderr.strip().splitlines()[-1]
     assert err.startswith("error: resume: no intact checkpoint in") and "weights_only" not in err
     assert "gen_000003.pt (empty file)" in err and "gen_000002.pt (truncated" in err
-    assert _digest(run) == before
+    assert digest(run) == before
 
 
 def test_torn_metrics_line_is_dropped_on_resume(base, tmp_path):
@@ -171,7 +171,7 @@ def test_sigterm_handler_is_restored_and_main_thread_only():
 
 def test_resume_with_changed_search_settings_is_refused(base, tmp_path):
     run = copy_run(base, tmp_path)
-    before = _digest(run)
+    before = digest(run)
     res = train(tmp_path, "resumer", *BASE, f"resume={run}", "seed=1", "gp.functions=[add,mul]",
                 "gp.rates.crossover=0.4", check=False)
     assert res.returncode != 0
@@ -182,7 +182,7 @@ def test_resume_with_changed_search_settings_is_refused(base, tmp_path):
     for part in ("seed (run 0, now 1)", functions, "gp.rates.crossover (run 0.5, now 0.4)",
                  "resume_allow_changes=true"):
         assert part in err
-    assert _digest(run) == before
+    assert digest(run) == before
     # stopping rules and bookkeeping stay free to change
     train(tmp_path, "free", *BASE, f"resume={run}", "gp.generations=4", "keep_checkpoints=3",
           "checkpoint_every=2", "progress=true", "threads=1")
