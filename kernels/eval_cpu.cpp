@@ -20,8 +20,8 @@
 
 // The row loops are compiled for several x86-64 levels and picked at load time (GCC function multiversioning,
 // like glibc's own sinf/cosf variants): the binary runs on any x86-64 and uses AVX2 or AVX-512 where the CPU
-// has them, and -ffp-contract=off (gprl/_build.py) makes every level compute the same bits. Elsewhere (other
-// compilers or architectures) they are compiled once for the build's target.
+// has them, and -ffp-contract=off (gprl/backend/build.py) makes every level compute the same bits. Elsewhere
+// (other compilers or architectures) they are compiled once for the build's target.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define GPRL_ROWS __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else

@@ -10,7 +10,7 @@ namespace gprl {
 
 // Winner of tournament i over a population of P losses (no NaN): contestant j is
 // floor(u * P) for u the first uniform of Philox(seed, i * size + j) (as gprl::uniform draws them, computed
-// in double as gprl.selection does); the lowest loss wins, the first drawn among equals.
+// in double as gprl.evolve.selection does); the lowest loss wins, the first drawn among equals.
 GPRL_HD int64_t tournament_winner(const float* loss, int64_t P, int64_t i, int size, uint64_t seed) {
   int64_t best = 0;
   float best_loss = 0.f;

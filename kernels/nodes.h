@@ -1,6 +1,6 @@
 // Node semantics shared by the CPU (C++) and CUDA kernels: node encoding, the function table,
-// protected arithmetic and the counter-based random numbers. gprl/functions.py mirrors the function
-// table and the protection rules for sympy and NumPy; the two must change together.
+// protected arithmetic and the counter-based random numbers. gprl/core/functions.py mirrors the
+// function table and the protection rules for sympy and NumPy; the two must change together.
 #pragma once
 #include <cstdint>
 #include <cmath>
@@ -13,7 +13,7 @@
 
 namespace gprl {
 
-// ---- node encoding (documented in gprl/population.py) ----
+// ---- node encoding (documented in gprl/core/encoding.py) ----
 enum NodeKind : uint8_t { PAD = 0, VAR = 1, CONST = 2, FUNC = 3 };
 constexpr uint8_t KIND_MASK = 0x03;
 constexpr uint8_t OUTPUT_FLAG = 0x04;  // a FUNC node that adds its value to output `out` (a Modi node)

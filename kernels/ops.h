@@ -1,5 +1,5 @@
 // Declarations shared by the op implementations: argument checks and the loss metrics.
-// Python validates user input first (gprl/population.py); these checks guard direct torch.ops calls.
+// Python validates user input first (gprl/core/population.py); these checks guard direct torch.ops calls.
 //
 // Numbers in error messages go through std::to_string, never through an ostream (TORCH_CHECK streams its
 // arguments): a toolchain that links its own static libstdc++ into the extension (e.g. a compiler wrapper

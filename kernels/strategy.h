@@ -1,7 +1,8 @@
-// Evaluation strategies: which of the CUDA evaluation kernels (ops_cuda.cu) a `fitness` / `forward` call
-// launches, and with how many rows per thread. gprl/strategy.py mirrors the ids and names and picks one per
-// call with a cost model calibrated on the device; AUTO (-1) is the kernels' built-in heuristic. The CPU
-// kernels check the id the same way and ignore it (they have one mapping).
+// Evaluation strategies: which of the CUDA evaluation kernels (eval_cuda.cu, eval_level_cuda.cu) a
+// `fitness` / `forward` call launches, and with how many rows per thread. gprl/backend/strategy.py mirrors
+// the ids and names and picks one per call with a cost model calibrated on the device; AUTO (-1) is the
+// kernels' built-in heuristic. The CPU kernels check the id the same way and ignore it (they have one
+// mapping).
 //
 // Every strategy applies the same node functions to the same operands and sums outputs in the same order, so
 // predictions are identical across strategies; fused losses differ only in the (fixed, deterministic) order
@@ -26,7 +27,7 @@ enum Strategy : int64_t {
 };
 
 // Rows per thread of a hybrid strategy. Trees whose stack needs more than 256 slots run with 1 row per thread
-// whatever the strategy (with_stack in ops_cuda.cu: the local-memory stack of deep trees).
+// whatever the strategy (with_stack in eval_cuda.cu: the local-memory stack of deep trees).
 inline int hybrid_rows(int64_t s) { return s == STRATEGY_HYBRID_R4 ? 4 : (s == STRATEGY_HYBRID_R2 ? 2 : 1); }
 
 // Multi-output fitness keeps every thread's R rows x n_out outputs in shared memory, up to this many bytes.

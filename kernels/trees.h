@@ -101,7 +101,7 @@ GPRL_HD void node_depths(const int16_t* size, int max_len, int16_t* depth, int16
 
 namespace gprl {
 
-// Why a tree is invalid; 0 means valid. gprl/population.py turns these into messages.
+// Why a tree is invalid; 0 means valid. gprl/core/encoding.py (TREE_ERRORS) turns these into messages.
 enum TreeError : int {
   TREE_OK = 0, ERR_LENGTH, ERR_KIND, ERR_STRUCTURE, ERR_SIZE, ERR_FUNCTION, ERR_VARIABLE, ERR_OUTPUT,
   ERR_CONSTANT, ERR_PADDING, ERR_UNUSED_FIELD

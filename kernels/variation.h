@@ -12,7 +12,7 @@
 
 namespace gprl {
 
-// Operator codes; gprl/variation.py mirrors them (OPS).
+// Operator codes; gprl/evolve/variation.py mirrors them (OPS).
 enum VaryOp : int {
   OP_COPY = 0, OP_EXCHANGE, OP_CROSSOVER, OP_SUBTREE, OP_HOIST, OP_POINT, OP_MULTIPOINT, OP_INSERT, OP_DELETE,
   OP_CONSTANT, OP_MULTICONSTANT, OP_OUTPUT, NUM_VARY_OPS

@@ -1,7 +1,8 @@
 """Evaluation strategies of the CUDA kernels, and the calibrated cost model that picks one per call.
 
-A strategy names which of the CUDA evaluation kernels (``kernels/ops_cuda.cu``) a ``fitness`` or
-``forward`` call launches, and how many rows each thread evaluates (ids shared with ``kernels/strategy.h``):
+A strategy names which of the CUDA evaluation kernels (``kernels/eval_cuda.cu``,
+``kernels/eval_level_cuda.cu``) a ``fitness`` or ``forward`` call launches, and how many rows each thread
+evaluates (ids shared with ``kernels/strategy.h``):
 
 =============  ==========================================================================================
 ``warp``       ``fitness`` of single-output trees only: one warp per tree over all its rows, the tree (and,
@@ -89,7 +90,7 @@ def _invalid(op: str, name) -> ValueError:
 
 def hybrid_threads(D: int, rows: int) -> int:
     """Threads per block of a hybrid strategy's multi-output fitness (shared_mode_shape in
-    kernels/ops_cuda.cu)."""
+    kernels/eval_cuda.cu)."""
     per_thread = -(-D // rows)
     return min(128, -(-per_thread // 32) * 32)
 
