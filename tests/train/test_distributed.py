@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gprl import Population, distributed
+from gprl import Population
+from gprl.train import distributed
 from gprl.train.distributed import Dist, ordered_sum, shard_bounds
 from gprl.train.tasks import PolicyTask
 from tests.train.helpers import ROOT, TINY, assert_same_final_population, metrics, run_train
@@ -179,7 +180,8 @@ def test_bad_distributed_configuration_fails_every_rank(tmp_path, overrides, mes
 
 RANK_CODE = """
 import json, torch
-from gprl import Population, distributed
+from gprl import Population
+from gprl.train import distributed
 d = distributed.init({"dist": {"timeout_s": 30}})
 r = d.rank
 out = {"world": d.world_size}

@@ -57,7 +57,7 @@ def test_sr_run_draws_its_loss_curve(tmp_path):
 
 
 def test_gpu_visible_but_cpu_backend_names_the_extra(monkeypatch, capsys):
-    from gprl import trainer
+    from gprl.train import trainer
 
     monkeypatch.setattr(trainer, "cuda_visible", lambda: True)
     monkeypatch.setattr(trainer, "resolve_backend", lambda env_cfg: "mujoco")
