@@ -14,28 +14,15 @@
 # (scripts/bench_variation.py), bench_envs_brax.json (scripts/bench_envs.py --backends brax), bench.err
 # (the benchmarks' stderr) and gprl_brax_step_trace.json when the Brax benchmark left one; prints a summary.
 set -uo pipefail
-OUT=${OUT:-gpu_out}; WHEELS=${WHEELS:-.whl}
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --out) OUT=${2:?--out needs a folder}; shift 2 ;;
-    --out=*) OUT=${1#--out=}; shift ;;
-    --wheels) WHEELS=${2:?--wheels needs a folder}; shift 2 ;;
-    --wheels=*) WHEELS=${1#--wheels=}; shift ;;
-    *) break ;;
-  esac
-done
+source "$(dirname "$0")/gpu_common.sh"
+gpu_args "$@"; set -- "${ARGS[@]}"
 mkdir -p "$OUT"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE:-$PWD/.gprl_cache}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-if compgen -G "$WHEELS/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$WHEELS"/*.whl >"$OUT/build.log" 2>&1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+gpu_install_wheels "$OUT/build.log"
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$OUT/build.log" 2>&1
 nvidia-smi -L | tee -a "$OUT/build.log"
-start=$(date +%s)
-python3 -c "import gprl.backend.ops, gprl.backend.build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/build.log"
-echo "build seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/build.log"
+gpu_build "$OUT/build.log"
 timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider "${@:-tests}" 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 30
 if [ -z "${SKIP_SANITIZER:-}" ]; then
   for tool in memcheck racecheck; do

@@ -23,16 +23,8 @@
 # Dry run of the script's logic on a CPU machine (gloo, no install):
 #   NO_INSTALL=1 NGPU=2 BACKEND=mujoco DEVICE=cpu POP=40 LENGTH=50 bash scripts/dev/gpu_dist_check.sh
 set -uo pipefail
-OUT=${OUT:-gpu_out}; WHEELS=${WHEELS:-.whl}
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --out) OUT=${2:?--out needs a folder}; shift 2 ;;
-    --out=*) OUT=${1#--out=}; shift ;;
-    --wheels) WHEELS=${2:?--wheels needs a folder}; shift 2 ;;
-    --wheels=*) WHEELS=${1#--wheels=}; shift ;;
-    *) break ;;
-  esac
-done
+source "$(dirname "$0")/gpu_common.sh"
+gpu_args "$@"; set -- "${ARGS[@]}"
 mkdir -p "$OUT"
 MEASURED=${MEASURED:-3}; LENGTH=${LENGTH:-300}; POP=${POP:-20000}
 RUNS=${RUNS:-/tmp/gprl_dist_runs}  # the full run directories (checkpoints included), outside OUT
@@ -42,10 +34,7 @@ export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false WANDB_MODE=disable
 # NVLink multicast off (see the header)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 BACKEND=${BACKEND:-brax}; DEVICE=${DEVICE:-cuda}
-if [ -z "${NO_INSTALL:-}" ] && compgen -G "$WHEELS/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$WHEELS"/*.whl >"$OUT/report.txt" 2>&1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+[ -z "${NO_INSTALL:-}" ] && gpu_install_wheels "$OUT/report.txt"
 [ -z "${NO_INSTALL:-}" ] && python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$OUT/report.txt" 2>&1
 nvidia-smi -L 2>&1 | tee -a "$OUT/report.txt"
 NGPU=${NGPU:-$(nvidia-smi -L | grep -c '^GPU')}
@@ -53,9 +42,7 @@ KS=${KS:-$( [ "$NGPU" -ge 4 ] && echo "2 4" || echo "2" )}
 python3 -c "import hydra, omegaconf, tqdm, $BACKEND" 2>>"$OUT/report.txt" || {
   echo "missing hydra-core/omegaconf/tqdm/$BACKEND: install them or put their wheels in $WHEELS (see scripts/dev/gpu_train_check.sh)" | tee -a "$OUT/report.txt"
   exit 1; }
-start=$(date +%s)
-python3 -c "import gprl.backend.ops, gprl.backend.build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/report.txt"
-echo "kernel build seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/report.txt"
+gpu_build "$OUT/report.txt"
 
 # fixed episode length (no schedule), validation in the training batch (no second compilation)
 ARGS=(env=hopper "env.backend=$BACKEND" "device=$DEVICE" "gp.population_size=$POP" "gp.generations=$(( MEASURED + 1 ))"

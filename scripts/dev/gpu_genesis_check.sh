@@ -63,14 +63,8 @@ case "${1:-}" in
     ;;
   run)
     shift
-    OUT=${OUT:-gpu_out}
-    while [ $# -gt 0 ]; do
-      case "$1" in
-        --out) OUT=${2:?--out needs a folder}; shift 2 ;;
-        --out=*) OUT=${1#--out=}; shift ;;
-        *) break ;;
-      esac
-    done
+    source "$(dirname "$0")/gpu_common.sh"
+    gpu_args "$@"; set -- "${ARGS[@]}"
     mkdir -p "$OUT" /tmp/site
     export PYTHONUNBUFFERED=1 GPRL_CACHE=${GPRL_CACHE:-$PWD/.gprl_cache}
     if [ ! -f /tmp/site/.unpacked ]; then

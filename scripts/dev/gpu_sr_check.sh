@@ -11,19 +11,11 @@
 # sr_check.py is stopped after 420 s. Environment: TORCH_CUDA_ARCH_LIST (default 9.0), GPRL_CACHE
 # (default .gprl_cache/ in the checkout).
 set -uo pipefail
-OUT=${OUT:-gpu_out}
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --out) OUT=${2:?--out needs a folder}; shift 2 ;;
-    --out=*) OUT=${1#--out=}; shift ;;
-    *) break ;;
-  esac
-done
+source "$(dirname "$0")/gpu_common.sh"
+gpu_args "$@"; set -- "${ARGS[@]}"
 mkdir -p "$OUT"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE:-$PWD/.gprl_cache} PYTHONUNBUFFERED=1
 nvidia-smi -L | tee "$OUT/sr_build.log"
-start=$(date +%s)
-python3 -c "import gprl.backend.ops, gprl.backend.build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/sr_build.log"
-echo "build seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/sr_build.log"
+gpu_build "$OUT/sr_build.log"
 timeout 420 python3 scripts/dev/sr_check.py --device cuda --out "$OUT/sr_check.json" "$@" 2>&1 | tee "$OUT/sr_check.log"
 cat "$OUT/sr_check.json" 2>/dev/null || echo "sr_check.json missing: see $OUT/sr_check.log"

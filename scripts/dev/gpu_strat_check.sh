@@ -14,14 +14,8 @@
 # script's time budget; later steps get what is left), SKIP_SANITIZER=1, TORCH_CUDA_ARCH_LIST (default 9.0),
 # GPRL_CACHE (default /tmp/gprl_cache; its strategy/ tables are deleted first).
 set -uo pipefail
-OUT=${OUT:-gpu_out}
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --out) OUT=${2:?--out needs a folder}; shift 2 ;;
-    --out=*) OUT=${1#--out=}; shift ;;
-    *) break ;;
-  esac
-done
+source "$(dirname "$0")/gpu_common.sh"
+gpu_args "$@"; set -- "${ARGS[@]}"
 mkdir -p "$OUT"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE:-/tmp/gprl_cache}
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # the checkout, not an installed gprl
@@ -31,9 +25,7 @@ budget() { local b=$(( $(left) - $1 )); echo $(( b > $2 ? b : $2 )); }  # time l
 
 # 1. build.log: device, build, calibration time from an empty strategy cache
 nvidia-smi -L | tee "$OUT/build.log"
-start=$(date +%s)
-python3 -c "import gprl.backend.ops, gprl.backend.build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/build.log"
-echo "build seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/build.log"
+gpu_build "$OUT/build.log"
 rm -rf "$GPRL_CACHE/strategy"
 python3 - <<'PY' 2>&1 | tee -a "$OUT/build.log"
 import time, warnings

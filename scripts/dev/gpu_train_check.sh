@@ -22,34 +22,21 @@
 # TIME_LIMIT=480 runs the config's own budget. The kernels build on first use into GPRL_CACHE (default
 # .gprl_cache/ in the checkout), so a machine that built them before (e.g. with gpu_check.sh) starts sooner.
 set -uo pipefail
-OUT=${OUT:-gpu_out}; WHEELS=${WHEELS:-.whl}
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --out) OUT=${2:?--out needs a folder}; shift 2 ;;
-    --out=*) OUT=${1#--out=}; shift ;;
-    --wheels) WHEELS=${2:?--wheels needs a folder}; shift 2 ;;
-    --wheels=*) WHEELS=${1#--wheels=}; shift ;;
-    *) break ;;
-  esac
-done
+source "$(dirname "$0")/gpu_common.sh"
+gpu_args "$@"; set -- "${ARGS[@]}"
 mkdir -p "$OUT"
 TIME_LIMIT=${TIME_LIMIT:-330}
 RUN=${RUN:-/tmp/gprl_gpu_run}  # the full run directory (checkpoints included), outside OUT
 rm -rf "$RUN"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE:-$PWD/.gprl_cache}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false WANDB_MODE=disabled
-if compgen -G "$WHEELS/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$WHEELS"/*.whl >"$OUT/report.txt" 2>&1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+gpu_install_wheels "$OUT/report.txt"
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$OUT/report.txt" 2>&1
 nvidia-smi -L | tee -a "$OUT/report.txt"
 python3 -c "import hydra, omegaconf, tqdm" 2>>"$OUT/report.txt" || {
   echo "missing hydra-core/omegaconf/tqdm: install them or put their wheels in $WHEELS (see the header of this script)" | tee -a "$OUT/report.txt"
   exit 1; }
-start=$(date +%s)
-python3 -c "import gprl.backend.ops, gprl.backend.build as b; print('cuda kernels:', b.has_cuda_kernels())" 2>&1 | tee -a "$OUT/report.txt"
-echo "kernel build seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/report.txt"
+gpu_build "$OUT/report.txt"
 
 # Wall clock from here: JAX compilation, evolution, validation and export included.
 t0=$(date +%s)
