@@ -43,8 +43,8 @@ __all__ = [
     "RegressionObjective", "SymbolicClassifier", "SymbolicRegressor", "VariationParams", "constant_mutation",
     "crossover", "datasets", "delete_mutation", "feynman", "functions", "get_strategy", "hoist_mutation",
     "insert_mutation", "multi_constant_mutation", "multi_point_mutation", "objectives", "output_mutation",
-    "point_mutation", "selection", "set_strategy", "strategy", "subtree_exchange", "subtree_mutation", "variation",
-    "vary",
+    "point_mutation", "selection", "set_strategy", "strategy", "subtree_exchange", "subtree_mutation",
+    "variation", "vary",
 ]
 __version__ = "0.1.0"
 
@@ -98,9 +98,11 @@ sys.meta_path.append(_MovedModules())
 
 
 def __getattr__(name: str):
-    if name == "envs":  # the environment adapters: imported on first use (`import gprl` loads no simulator code)
+    # the environment adapters: imported on first use (`import gprl` loads no simulator code)
+    if name == "envs":
         return importlib.import_module("gprl.envs")
-    # the estimators need scikit-learn (the "sr" extra): imported on first use so `import gprl` works without it
+    # the estimators need scikit-learn (the "sr" extra): imported on first use so `import gprl` works
+    # without it
     if name in ("SymbolicRegressor", "SymbolicClassifier", "estimators"):
         estimators = importlib.import_module("gprl.sr.estimators")
         return estimators if name == "estimators" else getattr(estimators, name)

@@ -38,8 +38,8 @@ def openmp_flags() -> list[str]:
     if sys.platform != "linux" or "OpenMP" not in torch.__config__.parallel_info():
         return []
     try:
-        version = subprocess.run([os.environ.get("CXX", "c++"), "--version"], check=False, capture_output=True,
-                                 text=True, timeout=60).stdout
+        version = subprocess.run([os.environ.get("CXX", "c++"), "--version"], check=False,
+                                 capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
         return []
     return ["-fopenmp"] if "Free Software Foundation" in version else []
@@ -62,10 +62,10 @@ def _cuda_toolkit() -> str | None:
     nvcc = shutil.which("nvcc") or (CUDA_HOME and os.path.join(CUDA_HOME, "bin", "nvcc"))
     if not nvcc or not os.path.exists(nvcc):
         print(
-            f"gprl: torch {torch.__version__} has CUDA {torch.version.cuda} but no CUDA compiler (nvcc) was found, "
-            f"so only the CPU kernels are built. Install the CUDA toolkit {torch.version.cuda} "
-            f"(e.g. `pip install nvidia-cuda-nvcc-cu{torch.version.cuda.split('.')[0]}` or your distribution's "
-            "cuda-toolkit) and set CUDA_HOME to it.",
+            f"gprl: torch {torch.__version__} has CUDA {torch.version.cuda} but no CUDA compiler (nvcc) "
+            f"was found, so only the CPU kernels are built. Install the CUDA toolkit {torch.version.cuda} "
+            f"(e.g. `pip install nvidia-cuda-nvcc-cu{torch.version.cuda.split('.')[0]}` or your "
+            "distribution's cuda-toolkit) and set CUDA_HOME to it.",
             file=sys.stderr,
         )
         return None
@@ -97,7 +97,8 @@ def load() -> None:
     if not library.exists():
         build_dir.mkdir(parents=True, exist_ok=True)
         what = "CPU + CUDA" if use_cuda else "CPU"
-        print(f"gprl: compiling {what} kernels once into {build_dir} (about a minute)", file=sys.stderr, flush=True)
+        print(f"gprl: compiling {what} kernels once into {build_dir} (about a minute)", file=sys.stderr,
+              flush=True)
         if "distutils" in sys.modules and "setuptools" not in sys.modules:
             # setuptools (under cpp_extension) refuses to load once the standard library's distutils is in
             # (some simulators' dependencies import it); tell it to use that one

@@ -18,8 +18,10 @@ ops = torch.ops.gprl
 def _generate_fake(func_weights, pop_size, max_len, n_in, n_out, method, min_depth, max_depth, leaf_prob,
                    const_prob, const_low, const_high, output_prob, seed):
     shape, dev = (pop_size, max_len), func_weights.device
-    return (torch.empty(shape, dtype=torch.uint8, device=dev), torch.empty(shape, dtype=torch.int16, device=dev),
-            torch.empty(shape, dtype=torch.uint8, device=dev), torch.empty(shape, dtype=torch.float32, device=dev),
+    return (torch.empty(shape, dtype=torch.uint8, device=dev),
+            torch.empty(shape, dtype=torch.int16, device=dev),
+            torch.empty(shape, dtype=torch.uint8, device=dev),
+            torch.empty(shape, dtype=torch.float32, device=dev),
             torch.empty(shape, dtype=torch.int16, device=dev))
 
 
@@ -55,9 +57,10 @@ def _children_fake(kind, n):
 
 
 @torch.library.register_fake("gprl::vary")
-def _vary_fake(kind, code, out, value, size, donor_kind, donor_code, donor_out, donor_value, donor_size, parent,
-               donor, op, node, donor_node, func_weights, n_in, n_out, max_depth, subtree_depth, xo_leaf_prob,
-               multi_prob, const_sigma, const_prob, const_low, const_high, output_prob, leaf_prob, seed):
+def _vary_fake(kind, code, out, value, size, donor_kind, donor_code, donor_out, donor_value, donor_size,
+               parent, donor, op, node, donor_node, func_weights, n_in, n_out, max_depth, subtree_depth,
+               xo_leaf_prob, multi_prob, const_sigma, const_prob, const_low, const_high, output_prob,
+               leaf_prob, seed):
     return _children_fake(kind, parent.shape[0])
 
 

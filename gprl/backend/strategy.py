@@ -53,14 +53,16 @@ from gprl.core.encoding import METHODS, stack_depth
 from gprl.core.seeds import seed_from
 
 AUTO = -1
-IDS = {"warp": 1, "hybrid_r1": 2, "hybrid_r2": 3, "hybrid_r4": 4, "level": 5}  # kernels/strategy.h (0 is free)
+# kernels/strategy.h (0 is free)
+IDS = {"warp": 1, "hybrid_r1": 2, "hybrid_r2": 3, "hybrid_r4": 4, "level": 5}
 OP_STRATEGIES = {
     "fitness": ("level", "warp", "hybrid_r1", "hybrid_r2", "hybrid_r4"),
     "forward": ("level", "hybrid_r1", "hybrid_r2", "hybrid_r4"),
 }
 HYBRID_ROWS = {"hybrid_r1": 1, "hybrid_r2": 2, "hybrid_r4": 4}
 MULTI_OUTPUT_SMEM_LIMIT = 96 * 1024  # kernels/strategy.h
-LEVEL_MAX_LEN = 1024  # level strategy: ~36 bytes per node slot (one row) fit 64 KiB of shared memory (LevelLayout)
+# level strategy: ~36 bytes per node slot (one row) fit 64 KiB of shared memory (LevelLayout)
+LEVEL_MAX_LEN = 1024
 _OP_IDS = {op: {n: IDS[n] for n in names} for op, names in OP_STRATEGIES.items()}
 
 # Probe grid: trees P x rows per tree D, a factor 4 apart. Cells above MAX_PROBE_WORK (P * D) are not
@@ -85,7 +87,8 @@ def names(op: str) -> tuple[str, ...]:
 
 
 def _invalid(op: str, name) -> ValueError:
-    return ValueError(f"strategy={name!r} is not a strategy of {op}; choose one of {['auto', *OP_STRATEGIES[op]]}")
+    return ValueError(f"strategy={name!r} is not a strategy of {op}; "
+                      f"choose one of {['auto', *OP_STRATEGIES[op]]}")
 
 
 def hybrid_threads(D: int, rows: int) -> int:
@@ -111,7 +114,8 @@ def unavailable(op: str, name: str, D: int, n_out: int, max_len: int = 1) -> str
         need = hybrid_threads(D, rows) * rows * n_out * 4
         if need > MULTI_OUTPUT_SMEM_LIMIT:
             return (f"strategy {name!r} needs {need} bytes of shared memory for {n_out} outputs, over the "
-                    f"{MULTI_OUTPUT_SMEM_LIMIT} byte limit; choose 'auto' (it falls back to fewer rows and threads)"
+                    f"{MULTI_OUTPUT_SMEM_LIMIT} byte limit; choose 'auto' "
+                    "(it falls back to fewer rows and threads)"
                     + (" or a hybrid strategy with fewer rows per thread" if rows > 1 else ""))
     return None
 
@@ -213,7 +217,8 @@ def _locate(grid: Sequence[float], x: float) -> tuple[int, float]:
 
 
 def _filled_log(gp: Sequence[int], gd: Sequence[int], grid: list[list]) -> list[list[float]]:
-    """log(seconds) with missing cells filled from the smaller-P (else smaller-D) neighbour by work scaling."""
+    """log(seconds) with missing cells filled from the smaller-P (else smaller-D) neighbour by work
+    scaling."""
     t = [[None if v is None or not v > 0 else float(v) for v in row] for row in grid]
     for i in range(len(gp)):
         for j in range(len(gd)):
@@ -261,7 +266,8 @@ def _time_cell(op: str, time_fn: TimeFn, P: int, D: int, n_out: int) -> dict[str
     usable = [s for s in reversed(OP_STRATEGIES[op]) if unavailable(op, s, D, n_out) is None]
     failed: set[str] = set()
     best = math.inf
-    for order in (usable, usable[::-1]):  # block mappings first: their time lets a slow warp mapping stop early
+    # block mappings first: their time lets a slow warp mapping stop early
+    for order in (usable, usable[::-1]):
         for s in order:
             if s in failed:
                 continue
@@ -285,10 +291,11 @@ class _Probes:
         gen = torch.Generator().manual_seed(0)
         weights = F.function_weights(list(PROBE_FUNCTIONS))
         w = torch.tensor(weights, dtype=torch.float32, device=device)
-        leaf_prob = 9 / (9 + sum(x > 0 for x in weights))  # Population.random's default: 8 variables + constants
+        # Population.random's default: 8 variables + constants
+        leaf_prob = 9 / (9 + sum(x > 0 for x in weights))
         # ramped trees of depth 3..8, up to 256 nodes (Population.random's generator, called directly)
-        self.trees = {n_out: ops.generate(w, P, 256, 8, n_out, METHODS["ramped"], 3, 8, leaf_prob, 0.2, -1.0, 1.0,
-                                          0.3, seed_from(0))
+        self.trees = {n_out: ops.generate(w, P, 256, 8, n_out, METHODS["ramped"], 3, 8, leaf_prob, 0.2, -1.0,
+                                          1.0, 0.3, seed_from(0))
                       for n_out, P in ((1, max(PROBE_P)), (PROBE_OUTPUTS, max(P for P, _ in OUTPUT_CELLS)))}
         self.mean_len = float(self.trees[1][4][:, 0].float().mean())
         self.stack = max(stack_depth(t[0], t[1]) for t in self.trees.values())
@@ -397,8 +404,9 @@ def model(device: torch.device | str, op: str | None = None) -> CostModel:
                 tables[op] = _calibrate_on(index, op)
             except Exception as e:  # noqa: BLE001  never fail a user's call over a speed choice
                 _failed.add((index, op))
-                warnings.warn(f"gprl: calibrating the {op} strategies on {name} failed ({type(e).__name__}: {e}); "
-                              "using the built-in heuristic", RuntimeWarning, stacklevel=2)
+                warnings.warn(f"gprl: calibrating the {op} strategies on {name} failed "
+                              f"({type(e).__name__}: {e}); using the built-in heuristic", RuntimeWarning,
+                              stacklevel=2)
             else:
                 try:
                     save_tables(name, tables)
@@ -433,7 +441,8 @@ def _bucket_size(bucket: int) -> int:
 
 
 def auto(op: str, device: torch.device, P: int, D: int, n_out: int = 1, max_len: int = 1) -> str | None:
-    """The automatic choice by name (None: the built-in heuristic, on the CPU or after a failed calibration)."""
+    """The automatic choice by name (None: the built-in heuristic, on the CPU or after a failed
+    calibration)."""
     sid = choose(op, "auto", device, P, D, n_out, max_len)
     return None if sid == AUTO else next(n for n, i in _OP_IDS[op].items() if i == sid)
 

@@ -35,7 +35,8 @@ def as_float_tensor(x, name: str, device: torch.device, check_finite: bool = Tru
     skip it)."""
     if isinstance(x, np.ndarray):
         if not np.issubdtype(x.dtype, np.floating):
-            raise ValueError(f"{name} must have a floating dtype, got {x.dtype}; convert it with .astype(float)")
+            raise ValueError(f"{name} must have a floating dtype, got {x.dtype}; "
+                             "convert it with .astype(float)")
         x = torch.from_numpy(x)
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor or numpy array, got {type(x).__name__}")
@@ -72,7 +73,8 @@ class Dataset:
         if y.dim() == 1:
             y = y[:, None]
         if y.dim() != 2 or y.shape[0] != X.shape[0]:
-            raise ValueError(f"y must be [D] or [D, n_out] with D={X.shape[0]} rows like X, got {tuple(y.shape)}")
+            raise ValueError(f"y must be [D] or [D, n_out] with D={X.shape[0]} rows like X, "
+                             f"got {tuple(y.shape)}")
         if weight is not None:
             if isinstance(weight, torch.Tensor) and weight.device != device:
                 weight = weight.to(device)
@@ -100,4 +102,5 @@ class Dataset:
         return self.X.device
 
     def to(self, device) -> Dataset:
-        return Dataset(self.X.to(device), self.y.to(device), None if self.weight is None else self.weight.to(device))
+        return Dataset(self.X.to(device), self.y.to(device),
+                       None if self.weight is None else self.weight.to(device))

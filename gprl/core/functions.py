@@ -188,7 +188,9 @@ NUMPY_FUNCTIONS: dict[str, Callable] = {
     "gt": lambda a, b: np.where(np.greater(a, b), 1.0, -1.0),
     "ifpos": lambda a, b, c: np.where(np.greater(a, 0), b, c),
 }
-SYMPY_FUNCTIONS: dict[str, type] = {"pdiv": pdiv, "pinv": pinv, "plog": plog, "lt": lt, "gt": gt, "ifpos": ifpos}
+SYMPY_FUNCTIONS: dict[str, type] = {
+    "pdiv": pdiv, "pinv": pinv, "plog": plog, "lt": lt, "gt": gt, "ifpos": ifpos,
+}
 
 
 def _np_clip(v):

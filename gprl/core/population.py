@@ -57,7 +57,8 @@ class Population:
             if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.dim() != 2:
                 raise TypeError(f"Population.{name} must be a 2-D {dtype} tensor")
             if t.shape != self.kind.shape or t.device != self.kind.device:
-                raise ValueError(f"Population.{name} must match kind's shape {tuple(self.kind.shape)} and device")
+                raise ValueError(f"Population.{name} must match kind's shape {tuple(self.kind.shape)} "
+                                 "and device")
             setattr(self, name, t.contiguous())
         _check_dims(self.n_in, self.n_out, self.kind.shape[1])
 
@@ -111,15 +112,16 @@ class Population:
             raise ValueError("n_in is 0 and const_prob is 0: trees would have no leaves; allow constants")
         device = canonical_device(device)
         w = torch.tensor(weights, dtype=torch.float32, device=device)
-        tensors = _kernels().generate(w, pop_size, max_len, n_in, n_out, METHODS[method], min_depth, max_depth,
-                                      float(leaf_prob), float(const_prob), lo, hi, float(output_prob),
-                                      seed_from(seed))
+        tensors = _kernels().generate(w, pop_size, max_len, n_in, n_out, METHODS[method], min_depth,
+                                      max_depth, float(leaf_prob), float(const_prob), lo, hi,
+                                      float(output_prob), seed_from(seed))
         return cls(*tensors, n_in=n_in, n_out=n_out)
 
     @classmethod
     def empty(cls, n_in: int, n_out: int = 1, max_len: int = 64, device=None) -> Population:
         z = {"device": device}
-        return cls(torch.zeros(0, max_len, dtype=torch.uint8, **z), torch.zeros(0, max_len, dtype=torch.int16, **z),
+        return cls(torch.zeros(0, max_len, dtype=torch.uint8, **z),
+                   torch.zeros(0, max_len, dtype=torch.int16, **z),
                    torch.zeros(0, max_len, dtype=torch.uint8, **z), torch.zeros(0, max_len, **z),
                    torch.zeros(0, max_len, dtype=torch.int16, **z), n_in, n_out)
 
@@ -211,7 +213,8 @@ class Population:
         bad = torch.nonzero(errors).flatten()
         if len(bad):
             i = int(bad[0])
-            raise ValueError(f"{len(bad)} invalid tree(s); tree {i}: {TREE_ERRORS.get(int(errors[i]), 'unknown')}")
+            raise ValueError(f"{len(bad)} invalid tree(s); "
+                             f"tree {i}: {TREE_ERRORS.get(int(errors[i]), 'unknown')}")
         return self
 
     # ---- evaluation ----
@@ -227,20 +230,23 @@ class Population:
         ops = _kernels()
         X = as_float_tensor(X, "X", self.device, check_finite)
         if X.dim() not in (2, 3) or X.shape[-1] != self.n_in:
-            raise ValueError(f"X must be [B, n_in] or [P, B, n_in] with n_in={self.n_in}, got {tuple(X.shape)}")
+            raise ValueError(f"X must be [B, n_in] or [P, B, n_in] with n_in={self.n_in}, "
+                             f"got {tuple(X.shape)}")
         if X.dim() == 3:
             if X.shape[0] != len(self):
-                raise ValueError(f"X is [P, B, n_in] with P={X.shape[0]} but the population has {len(self)} trees")
+                raise ValueError(f"X is [P, B, n_in] with P={X.shape[0]} "
+                                 f"but the population has {len(self)} trees")
             if strategy is not None and strategy != "auto":
-                raise ValueError(f"strategy={strategy!r}: per-tree rows X[P, B, n_in] have one evaluation mapping; "
-                                 "pass strategy=None or 'auto'")
+                raise ValueError(f"strategy={strategy!r}: per-tree rows X[P, B, n_in] have one evaluation "
+                                 "mapping; pass strategy=None or 'auto'")
             return ops.forward_batched(*self.tensors(), X, self.n_out, self.max_stack())
         sid = _strategy.choose("forward", strategy, X.device, len(self), X.shape[0], self.n_out, self.max_len)
         return ops.forward(*self.tensors(), X.t().contiguous(), self.n_out, self.max_stack(), sid)
 
     __call__ = forward
 
-    def fitness(self, X, y=None, metric: str = "mse", weight=None, strategy: str | None = None) -> torch.Tensor:
+    def fitness(self, X, y=None, metric: str = "mse", weight=None,
+                strategy: str | None = None) -> torch.Tensor:
         """Regression loss of every tree, [P] float32, without materialising predictions.
 
         Pass ``X[D, n_in]`` and ``y`` (``[D]`` or ``[D, n_out]``), or a prepared :class:`gprl.Dataset` as
@@ -268,9 +274,11 @@ class Population:
         if n_in != self.n_in:
             raise ValueError(f"X must be [D, n_in] with n_in={self.n_in}, got {tuple(data.X.shape)}")
         if n_out != self.n_out:
-            raise ValueError(f"y must be [D] or [D, n_out] with n_out={self.n_out}, got {tuple(data.y.shape)}")
+            raise ValueError(f"y must be [D] or [D, n_out] with n_out={self.n_out}, "
+                             f"got {tuple(data.y.shape)}")
         sid = _strategy.choose("fitness", strategy, device, len(self), D, n_out, self.kind.shape[1])
-        return _kernels().fitness(*self.tensors(), Xt, yt, data.weight, METRICS[metric], self.max_stack(), sid)
+        return _kernels().fitness(*self.tensors(), Xt, yt, data.weight, METRICS[metric], self.max_stack(),
+                                  sid)
 
     # ---- persistence ----
     def save(self, path: str | os.PathLike) -> None:
@@ -307,7 +315,8 @@ class Population:
         return pop.to(device) if device is not None else pop
 
     # ---- symbolic form ----
-    def to_sympy(self, i: int, names: Sequence[str] | None = None, protected: bool = True) -> list[sympy.Expr]:
+    def to_sympy(self, i: int, names: Sequence[str] | None = None,
+                 protected: bool = True) -> list[sympy.Expr]:
         """One sympy expression per output of tree ``i``.
 
         ``protected=True`` gives the exact semantics (``pdiv``/``pinv``/``plog`` and ``Abs`` where the kernels
@@ -318,7 +327,8 @@ class Population:
         symbols = [sympy.Symbol(n, real=True) for n in names]
         tree = self[i].to("cpu")
         length = int(tree.size[0, 0])
-        kind, code, out, value = (t[0, :length].tolist() for t in (tree.kind, tree.code, tree.out, tree.value))
+        kind, code, out, value = (t[0, :length].tolist()
+                                  for t in (tree.kind, tree.code, tree.out, tree.value))
         outputs: list[sympy.Expr] = [sympy.Integer(0)] * self.n_out
         stack: list[sympy.Expr] = []
         for j in range(length - 1, -1, -1):
@@ -724,7 +734,8 @@ def _encode(e: sympy.Expr, index: dict[str, int], limit: int = MAX_LEN_LIMIT) ->
     if isinstance(e, sympy.Piecewise) and len(e.args) == 2 and e.args[1].cond == sympy.true:
         (v1, cond), (v2, _) = e.args
         if isinstance(cond, (sympy.StrictGreaterThan, sympy.StrictLessThan)):
-            hi, lo = (cond.lhs, cond.rhs) if isinstance(cond, sympy.StrictGreaterThan) else (cond.rhs, cond.lhs)
+            hi, lo = ((cond.lhs, cond.rhs) if isinstance(cond, sympy.StrictGreaterThan)
+                      else (cond.rhs, cond.lhs))
             if v1 == 1 and v2 == -1:  # (1 if hi > lo else -1)
                 return _fn("gt", enc(hi), enc(lo))
             return _fn("if", enc(hi - lo if lo != 0 else hi), enc(v1), enc(v2))

@@ -20,7 +20,8 @@ def mix_seed(*values: int) -> int:
 
 def seed_from(seed: int | torch.Generator | None) -> int:
     """A 62-bit kernel seed: an int as given, else drawn from a torch Generator (default: torch's global)."""
-    if isinstance(seed, bool) or (seed is not None and not isinstance(seed, (int, np.integer, torch.Generator))):
+    if isinstance(seed, bool) or (seed is not None
+                                  and not isinstance(seed, (int, np.integer, torch.Generator))):
         raise TypeError(f"seed must be an int, a torch.Generator or None, got {type(seed).__name__}")
     if isinstance(seed, (int, np.integer)):
         return int(seed) & ((1 << 62) - 1)

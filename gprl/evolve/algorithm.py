@@ -85,20 +85,22 @@ class GeneticProgramming:
         self.functions, self.init_method, self.init_depth = c.functions, c.init_method, c.init_depth
         self.selection, self.tournament_size = c.selection, c.tournament_size
         self.truncation_fraction, self.rank_pressure = c.truncation_fraction, c.rank_pressure
-        self.lexicase_epsilon, self.elitism, self.parsimony, self.maximize = c.lexicase_epsilon, int(c.elitism), \
-            float(c.parsimony), bool(c.maximize)
+        self.lexicase_epsilon, self.elitism, self.parsimony, self.maximize = c.lexicase_epsilon, \
+            int(c.elitism), float(c.parsimony), bool(c.maximize)
         self.rates = rates = c.rates
         self.islands, self.migration_interval = c.islands, c.migration_interval
         self.migrants = c.migrants if c.islands > 1 else 0
-        self.params = VariationParams(functions=c.functions, max_depth=c.max_depth, subtree_depth=c.subtree_depth,
+        self.params = VariationParams(functions=c.functions, max_depth=c.max_depth,
+                                      subtree_depth=c.subtree_depth,
                                       crossover_leaf_prob=c.crossover_leaf_prob, multi_prob=c.multi_prob,
-                                      const_sigma=c.const_sigma, const_prob=c.const_prob, const_range=c.const_range,
-                                      output_prob=c.output_prob)
+                                      const_sigma=c.const_sigma, const_prob=c.const_prob,
+                                      const_range=c.const_range, output_prob=c.output_prob)
         self.device = canonical_device(device)
         self.seed = seed_from(seed)
         self.generation = 0
         self.archive = ParetoArchive(n_in, n_out, c.max_len, self.device)
-        # operator per child (_operators): searchsorted of t / n plus a phase in the cumulative rates (tail: copy)
+        # operator per child (_operators): searchsorted of t / n plus a phase in the cumulative rates
+        # (tail: copy)
         names = [k for k, r in rates.items() if r > 0]
         self._op_codes = torch.tensor([OPS[k] for k in names] + [OPS["copy"]], dtype=torch.int32,
                                       device=self.device)
@@ -110,26 +112,27 @@ class GeneticProgramming:
         self._vary_args = (  # every argument of gprl::vary after the exchange points, but the seed
             weights_tensor(p, self.device), n_in, n_out, int(p.max_depth), int(p.subtree_depth),
             -1.0 if p.crossover_leaf_prob is None else float(p.crossover_leaf_prob), float(p.multi_prob),
-            float(p.const_sigma), float(p.const_prob), *(float(c) for c in p.const_range), float(p.output_prob),
-            p.grow_leaf_prob(n_in))
+            float(p.const_sigma), float(p.const_prob), *(float(c) for c in p.const_range),
+            float(p.output_prob), p.grow_leaf_prob(n_in))
 
     def init(self) -> Population:
         """A random initial population (``init_method`` over depths ``init_depth``)."""
         lo, hi = self.params.const_range
         return Population.random(self.pop_size, self.n_in, self.n_out, max_len=self.max_len,
-                                 functions=self.functions, method=self.init_method, min_depth=self.init_depth[0],
-                                 max_depth=self.init_depth[1], const_prob=self.params.const_prob,
+                                 functions=self.functions, method=self.init_method,
+                                 min_depth=self.init_depth[0], max_depth=self.init_depth[1],
+                                 const_prob=self.params.const_prob,
                                  const_range=(lo, hi), output_prob=self.params.output_prob,
                                  seed=mix_seed(self.seed, 0xA11CE), device=self.device)
 
     def _operators(self, generation: int, copies: int) -> torch.Tensor:
         """The operator of each child: copy for the first ``copies`` children of every island (elites and
-        migrants), then systematic sampling of ``rates`` over the island's n others (child t takes the operator
-        whose cumulative-rate interval holds (t + phase) / n, phase uniform in [0, 1) per generation), so every
-        operator makes floor or ceil of rate * n children, rate * n on average. Parents are drawn per child
-        independently of t, so grouping the children by operator costs no randomness; it makes neighbouring
-        warps of the vary kernel run the same operator's code (mixed in random order the kernel ran 2.4x
-        slower than any single operator: H100, P = 100,000)."""
+        migrants), then systematic sampling of ``rates`` over the island's n others (child t takes the
+        operator whose cumulative-rate interval holds (t + phase) / n, phase uniform in [0, 1) per
+        generation), so every operator makes floor or ceil of rate * n children, rate * n on average. Parents
+        are drawn per child independently of t, so grouping the children by operator costs no randomness; it
+        makes neighbouring warps of the vary kernel run the same operator's code (mixed in random order the
+        kernel ran 2.4x slower than any single operator: H100, P = 100,000)."""
         n = self.pop_size // self.islands - copies
         if copies not in self._child_u:  # copies get u = 2, past every rate
             one = torch.cat([torch.full((copies,), 2.0), torch.arange(n) / max(n, 1)])
@@ -149,7 +152,8 @@ class GeneticProgramming:
             return S.roulette(loss, n, seed=seed)
         return S.lexicase(errors, n, epsilon=self.lexicase_epsilon, seed=seed)
 
-    def step(self, population: Population, fitness: torch.Tensor, errors: torch.Tensor | None = None) -> Population:
+    def step(self, population: Population, fitness: torch.Tensor,
+             errors: torch.Tensor | None = None) -> Population:
         """The next generation (``pop_size`` trees) from ``population`` and its ``fitness`` [P].
 
         ``errors`` [P, n_cases] are per-case errors for lexicase selection (lower is better)."""
@@ -158,7 +162,8 @@ class GeneticProgramming:
         if (population.n_in, population.n_out, population.max_len) != (self.n_in, self.n_out, self.max_len):
             raise ValueError("population must have this GP's n_in, n_out and max_len")
         if population.device != self.device:
-            raise ValueError(f"population is on {population.device}, the GP on {self.device}; move one of them")
+            raise ValueError(f"population is on {population.device}, the GP on {self.device}; "
+                             "move one of them")
         P = len(population)
         if P == 0:
             raise ValueError("population is empty; start from gp.init()")
@@ -167,11 +172,13 @@ class GeneticProgramming:
             raise ValueError(f"fitness must be a floating tensor of shape [{P}] on {self.device}")
         if self.selection == "lexicase" and (not isinstance(errors, torch.Tensor) or errors.dim() != 2
                                              or errors.shape[0] != P):
-            raise ValueError(f"lexicase selection needs errors [P={P}, n_cases] in step(population, fitness, errors)")
+            raise ValueError(f"lexicase selection needs errors [P={P}, n_cases] "
+                             "in step(population, fitness, errors)")
         if self.elitism > P:
             raise ValueError(f"elitism={self.elitism} exceeds the population size {P}")
         if self.islands > 1 and P != self.pop_size:
-            raise ValueError(f"with islands the population must have pop_size ({self.pop_size}) trees, got {P}")
+            raise ValueError(f"with islands the population must have pop_size ({self.pop_size}) trees, "
+                             f"got {P}")
         g = self.generation
         loss = S.loss_of(fitness, self.maximize)
         sel_loss = S.with_parsimony(loss, population.lengths(), self.parsimony) if self.parsimony else loss
@@ -181,7 +188,8 @@ class GeneticProgramming:
         n_kids = S_out - e - m
         # every island: its elites, the best `m` of the island before it (a ring), and children whose parent
         # and donor come from one selection call over the island
-        if I == 1:  # no extra ops on the plain path: its host time before the vary launch is the step's latency
+        # no extra ops on the plain path: its host time before the vary launch is the step's latency
+        if I == 1:
             best = torch.argsort(loss, stable=True)[None, :e]
         else:
             offsets = torch.arange(0, P, S_in, device=self.device)[:, None]
@@ -193,13 +201,15 @@ class GeneticProgramming:
             picks = self._select(sel_loss[rows], None if errors is None else errors[rows], 2 * n_kids, seed)
             if I > 1:
                 picks = picks + i * S_in
-            kept = torch.cat([best[i, :e], best[i - 1, :m]]) if m else best[i, :e]  # best[-1]: the last island
+            # best[-1]: the last island
+            kept = torch.cat([best[i, :e], best[i - 1, :m]]) if m else best[i, :e]
             parents += [kept, picks[:n_kids]]
             donors += [kept, picks[n_kids:]]
         parent, donor = torch.cat(parents + donors).split(self.pop_size)
         zeros = self._zeros  # the exchange points (unused by these operators)
-        tensors = ops.vary(*population.tensors(), *population.tensors(), parent, donor, self._operators(g, e + m),
-                           zeros, zeros, *self._vary_args, mix_seed(self.seed, g, 4))
+        tensors = ops.vary(*population.tensors(), *population.tensors(), parent, donor,
+                           self._operators(g, e + m), zeros, zeros, *self._vary_args,
+                           mix_seed(self.seed, g, 4))
         # archived after the vary launch is queued: the GPU runs it while the host queues the archive's ops
         self.archive.update(population, loss)
         self.generation += 1

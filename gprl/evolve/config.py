@@ -1,7 +1,7 @@
 """Every setting of the search in one validated object: :class:`GPConfig`.
 
-``GeneticProgramming`` runs one; the training app's ``gp`` config group is its schema (plus the stopping rules,
-:func:`hydra_fields`), and the estimators build one from their parameters.
+``GeneticProgramming`` runs one; the training app's ``gp`` config group is its schema (plus the stopping
+rules, :func:`hydra_fields`), and the estimators build one from their parameters.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ DEFAULT_RATES: dict[str, float] = {
 
 
 def _schema(kind: Any) -> dict[str, Any]:
-    """The setting's type in the Hydra schema (OmegaConf types no tuples, unions of containers or ``X | None``)."""
+    """The setting's type in the Hydra schema (OmegaConf types no tuples, unions of containers or
+    ``X | None``)."""
     return {"schema": kind}
 
 
@@ -59,7 +60,8 @@ class GPConfig:
     """Fitness is better when higher (policies' returns) instead of lower (losses)."""
     rates: Mapping[str, float] | None = field(
         default=None, metadata=_schema(Optional[dict[str, float]]))  # noqa: UP045
-    """Share of children per operator of ``gprl.variation.OPS`` (sum <= 1, the rest are copies; None: defaults)."""
+    """Share of children per operator of ``gprl.variation.OPS`` (sum <= 1, the rest are copies;
+    None: defaults)."""
     crossover_leaf_prob: float | None = field(
         default=0.1, metadata=_schema(Optional[float]))  # noqa: UP045
     """Crossover picks a leaf as its point with this probability (None: uniformly over nodes)."""
@@ -112,16 +114,19 @@ class GPConfig:
         rates = dict(DEFAULT_RATES if self.rates is None else self.rates)
         for name, r in rates.items():
             if name not in OPS or name == "exchange":
-                raise ValueError(f"rates: unknown operator {name!r}; choose from {[o for o in OPS if o != 'exchange']}")
+                raise ValueError(f"rates: unknown operator {name!r}; "
+                                 f"choose from {[o for o in OPS if o != 'exchange']}")
             if not (0.0 <= float(r) <= 1.0):
                 raise ValueError(f"rates: rate of {name!r} must be in [0, 1], got {r!r}")
         if sum(rates.values()) > 1.0 + 1e-6:
-            raise ValueError(f"rates must sum to <= 1 (the rest is reproduction), got {sum(rates.values()):.4f}")
+            raise ValueError("rates must sum to <= 1 (the rest is reproduction), "
+                             f"got {sum(rates.values()):.4f}")
         F.function_weights(self.functions)  # names the unknown function, if any
         normal = {**{name: int(getattr(self, name)) for name in (
-            "population_size", "max_len", "max_depth", "tournament_size", "elitism", "subtree_depth", "islands",
-            "migration_interval", "migrants")},
-                  "init_depth": tuple(int(v) for v in d), "const_range": tuple(float(c) for c in self.const_range),
+            "population_size", "max_len", "max_depth", "tournament_size", "elitism", "subtree_depth",
+            "islands", "migration_interval", "migrants")},
+                  "init_depth": tuple(int(v) for v in d),
+                  "const_range": tuple(float(c) for c in self.const_range),
                   "rates": rates, "functions": dict(self.functions) if isinstance(self.functions, Mapping)
                   else None if self.functions is None else list(self.functions)}
         for name, value in normal.items():
@@ -129,7 +134,8 @@ class GPConfig:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any], **overrides: Any) -> GPConfig:
-        """The settings in ``values`` that this class has (e.g. the app's ``gp`` group), then ``overrides``."""
+        """The settings in ``values`` that this class has (e.g. the app's ``gp`` group), then
+        ``overrides``."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{**{k: v for k, v in values.items() if k in names}, **overrides})
 

@@ -29,7 +29,8 @@ from gprl.core.population import CONST, KIND_MASK, Population
 
 _H_REL = 1e-3     # finite-difference step, relative to max(1, |constant|)
 _LAMBDA0 = 1e-3   # Marquardt damping at the start, and its bounds
-_LAMBDA_TRIES = torch.tensor([0.1, 1.0, 10.0, 100.0], dtype=torch.float64)  # dampings tried per step, x lambda
+# dampings tried per step, x lambda
+_LAMBDA_TRIES = torch.tensor([0.1, 1.0, 10.0, 100.0], dtype=torch.float64)
 _LAMBDA_MIN, _LAMBDA_MAX = 1e-9, 1e9
 _MAX_CONST = 1e30  # constants stay finite in float32 (the tree validator's rule) with room to spare
 
@@ -46,7 +47,8 @@ def constant_slots(trees: Population) -> tuple[torch.Tensor, torch.Tensor]:
 
 def optimize_constants(trees: Population, objective, iterations: int = 8,
                        loss: torch.Tensor | None = None) -> tuple[Population, torch.Tensor]:
-    """The ``trees`` with constants tuned by ``iterations`` Levenberg–Marquardt steps, and their losses ``[k]``.
+    """The ``trees`` with constants tuned by ``iterations`` Levenberg–Marquardt steps, and their losses
+    ``[k]``.
 
     ``objective`` is called as ``objective(population) -> loss [P]`` and must provide
     ``gauss_newton_terms(outputs [k, D, M]) -> (grad [k, D, M], hess [k, D, M, M])``: the loss's gradient
@@ -77,7 +79,8 @@ def optimize_constants(trees: Population, objective, iterations: int = 8,
         base = trees.value.gather(1, pos)  # float32, as the kernels see them
         h32 = ((base + _H_REL * base.abs().clamp(min=1.0)) - base) * real  # the float32 step actually taken
         bump = torch.zeros(k, C, trees.max_len, device=dev).scatter_(2, pos[:, :, None], h32[:, :, None])
-        values = torch.cat([trees.value[:, None], trees.value[:, None] + bump, trees.value[:, None] - bump], 1)
+        values = torch.cat([trees.value[:, None], trees.value[:, None] + bump, trees.value[:, None] - bump],
+                           1)
         # X is the objective's Dataset, checked once: no finiteness scan (a GPU sync) per step
         out = _with_values(copies, values.reshape(k * n_copies, -1)).forward(X, check_finite=False)
         out = out.view(k, n_copies, X.shape[0], -1).double()  # [k, 2C + 1, D, M]

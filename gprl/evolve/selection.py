@@ -59,7 +59,8 @@ def elite(fitness: torch.Tensor, n: int, *, maximize: bool = False) -> torch.Ten
     return torch.argsort(loss, stable=True)[:n]
 
 
-def tournament(fitness: torch.Tensor, n: int, size: int = 7, *, maximize: bool = False, seed=None) -> torch.Tensor:
+def tournament(fitness: torch.Tensor, n: int, size: int = 7, *, maximize: bool = False,
+               seed=None) -> torch.Tensor:
     """n tournaments of ``size`` contestants drawn with replacement; the best wins (ties: first drawn)."""
     loss = loss_of(fitness, maximize)
     _check_n(n, len(loss))

@@ -71,14 +71,16 @@ class VariationParams:
                 raise ValueError(f"{name} must be an integer in 0..{hi}, got {v!r}")
         probs = [("multi_prob", self.multi_prob), ("const_prob", self.const_prob),
                  ("output_prob", self.output_prob)]
-        for name, v in probs + [("crossover_leaf_prob", self.crossover_leaf_prob), ("leaf_prob", self.leaf_prob)]:
+        for name, v in probs + [("crossover_leaf_prob", self.crossover_leaf_prob),
+                                ("leaf_prob", self.leaf_prob)]:
             if v is not None and not 0.0 <= float(v) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {v!r}")
         if not (np.isfinite(self.const_sigma) and self.const_sigma >= 0):
             raise ValueError(f"const_sigma must be a finite number >= 0, got {self.const_sigma!r}")
         lo, hi = (float(c) for c in self.const_range)
         if not (np.isfinite(lo) and np.isfinite(hi) and lo <= hi):
-            raise ValueError(f"const_range must be finite (low, high) with low <= high, got {self.const_range}")
+            raise ValueError("const_range must be finite (low, high) with low <= high, "
+                             f"got {self.const_range}")
 
     def weights(self) -> list[float]:
         return F.function_weights(self.functions)
@@ -114,8 +116,9 @@ def _index(x, n: int, name: str, device, dtype, bound: int | None, check: bool) 
     return x
 
 
-def vary(population: Population, op: str | int | torch.Tensor, *, parent=None, donors: Population | None = None,
-         donor=None, node=None, donor_node=None, params: VariationParams | None = None,
+def vary(population: Population, op: str | int | torch.Tensor, *, parent=None,
+         donors: Population | None = None, donor=None, node=None, donor_node=None,
+         params: VariationParams | None = None,
          seed: int | torch.Generator | None = None, check: bool = True) -> Population:
     """Children ``[N]``: child t is ``population[parent[t]]`` varied by ``op[t]`` (an ``OPS`` name or code).
 
@@ -151,14 +154,16 @@ def vary(population: Population, op: str | int | torch.Tensor, *, parent=None, d
         donor = (u * len(donors)).long().clamp_(max=max(len(donors) - 1, 0))
     donor = _index(donor, n, "donor", dev, torch.int64, len(donors), check)
     node = _index(0 if node is None else node, n, "node", dev, torch.int32, None, check)
-    donor_node = _index(0 if donor_node is None else donor_node, n, "donor_node", dev, torch.int32, None, check)
+    donor_node = _index(0 if donor_node is None else donor_node, n, "donor_node", dev, torch.int32, None,
+                        check)
     lo, hi = (float(c) for c in params.const_range)
     xo = -1.0 if params.crossover_leaf_prob is None else float(params.crossover_leaf_prob)
     tensors = ops.vary(
         *population.tensors(), *donors.tensors(), parent, donor, op, node, donor_node,
         weights_tensor(params, dev), population.n_in, population.n_out, int(params.max_depth),
         int(params.subtree_depth), xo, float(params.multi_prob), float(params.const_sigma),
-        float(params.const_prob), lo, hi, float(params.output_prob), params.grow_leaf_prob(population.n_in), s)
+        float(params.const_prob), lo, hi, float(params.output_prob), params.grow_leaf_prob(population.n_in),
+        s)
     return Population(*tensors, n_in=population.n_in, n_out=population.n_out)
 
 

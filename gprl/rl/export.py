@@ -2,10 +2,10 @@
 
 The exact expression of action ``k`` is the tree's output ``k`` (``Population.to_sympy``, protected forms)
 with every input replaced by ``(obs_i - mean_i) / std_i`` and the action map applied on top (see
-``gprl.rl.policy``). ``policy.py`` evaluates exactly that expression in float64 with the protected functions of
-``gprl.functions`` copied in, so it reproduces the kernels up to float32 rounding. ``policy.txt`` and
-``policy.tex`` show a *reading* form: protected division/log printed plainly, simplified by sympy and constants
-rounded to ``digits`` significant digits.
+``gprl.rl.policy``). ``policy.py`` evaluates exactly that expression in float64 with the protected functions
+of ``gprl.functions`` copied in, so it reproduces the kernels up to float32 rounding. ``policy.txt`` and
+``policy.tex`` show a *reading* form: protected division/log printed plainly, simplified by sympy and
+constants rounded to ``digits`` significant digits.
 """
 
 from __future__ import annotations
@@ -159,8 +159,10 @@ LIBM_SOURCE_LINES = [
     "    except OSError:",
     "        lib = None",
     "    out = {}",
-    "    for name, arity, fallback in (('sinf', 1, numpy.sin), ('cosf', 1, numpy.cos), ('tanf', 1, numpy.tan),",
-    "                                  ('expf', 1, numpy.exp), ('logf', 1, numpy.log), ('tanhf', 1, numpy.tanh),",
+    ("    for name, arity, fallback in (('sinf', 1, numpy.sin), ('cosf', 1, numpy.cos),"
+     " ('tanf', 1, numpy.tan),"),
+    ("                                  ('expf', 1, numpy.exp), ('logf', 1, numpy.log),"
+     " ('tanhf', 1, numpy.tanh),"),
     "                                  ('powf', 2, numpy.power)):",
     "        cfn = getattr(lib, name, None) if lib is not None else None",
     "        if cfn is None:",
@@ -169,7 +171,8 @@ LIBM_SOURCE_LINES = [
     "            continue",
     "        cfn.restype, cfn.argtypes = ctypes.c_float, [ctypes.c_float] * arity",
     "        vec = numpy.frompyfunc(cfn, arity, 1)",
-    "        out[name] = (lambda v: lambda *a: numpy.asarray(v(*(numpy.asarray(x, numpy.float32) for x in a)),",
+    ("        out[name] = (lambda v: lambda *a: numpy.asarray(v(*(numpy.asarray(x, numpy.float32)"
+     " for x in a)),"),
     "                                                        numpy.float32))(vec)",
     "    return out",
     "", "",
@@ -227,13 +230,14 @@ def kernel_order_lines(record: dict[str, Any], indent: str = "        ") -> list
     return lines
 
 
-def scores_source(arg: str, names: Sequence[str], exprs: Sequence[sympy.Expr], record: dict[str, Any], n_out: int,
-                  column: str, batch: str, formula_doc: str, scores_doc: str) -> list[str]:
-    """Source of an exported module's ``formula_scores(arg)`` (the folded formulas, float64) and ``scores(arg)``
-    (the tree in float32 in the kernels' order). ``column`` reads input ``{i}`` of ``arg``; ``batch`` is the
-    outputs' batch shape as an attribute of the input array (``"shape[:-1]"``)."""
+def scores_source(arg: str, names: Sequence[str], exprs: Sequence[sympy.Expr], record: dict[str, Any],
+                  n_out: int, column: str, batch: str, formula_doc: str, scores_doc: str) -> list[str]:
+    """Source of an exported module's ``formula_scores(arg)`` (the folded formulas, float64) and
+    ``scores(arg)`` (the tree in float32 in the kernels' order). ``column`` reads input ``{i}`` of ``arg``;
+    ``batch`` is the outputs' batch shape as an attribute of the input array (``"shape[:-1]"``)."""
     printer = _Printer()
-    lines = [f"def formula_scores({arg}):", f'    """{formula_doc}"""', f"    {arg} = _check({arg}, numpy.float64)"]
+    lines = [f"def formula_scores({arg}):", f'    """{formula_doc}"""',
+             f"    {arg} = _check({arg}, numpy.float64)"]
     lines += [f"    {name} = {column.format(i=i)}" for i, name in enumerate(names)]
     lines += ["    with numpy.errstate(all='ignore'):", "        out = ["]
     lines += [f"            numpy.broadcast_to({printer.doprint(e)}, {arg}.{batch})," for e in exprs]
@@ -243,7 +247,8 @@ def scores_source(arg: str, names: Sequence[str], exprs: Sequence[sympy.Expr], r
               "        x = (obs - MEAN) / STD"]
     lines += kernel_order_lines(record)
     outs = ", ".join(f"y{k}" for k in range(n_out))
-    lines += [f"    return numpy.stack([numpy.broadcast_to(numpy.float32(v), obs.{batch}) for v in ({outs},)], axis=-1)",
+    lines += [(f"    return numpy.stack([numpy.broadcast_to(numpy.float32(v), obs.{batch}) "
+               f"for v in ({outs},)], axis=-1)"),
               "", ""]
     return lines
 
@@ -261,34 +266,42 @@ def numpy_source(exprs: Sequence[sympy.Expr], obs_names: Sequence[str], action_n
              "Formulas in raw observation units (reading form of formula_scores; act() computes the same",
              "function in float32 in the training kernels' order):", ""]
     lines += ["    " + ln for ln in readable_text.strip().splitlines()]
-    f32list = lambda vals: "numpy.array([" + ", ".join(repr(float(np.float32(v))) for v in vals) + "], numpy.float32)"
+    f32list = lambda vals: ("numpy.array([" + ", ".join(repr(float(np.float32(v))) for v in vals)
+                            + "], numpy.float32)")
     lines += ['"""', "", "import numpy", "", f"EPS = {F.EPS!r}", f"BOUND = {F.BOUND!r}",
               "EPS32, BOUND32 = numpy.float32(EPS), numpy.float32(BOUND)",
               "ZERO, ONE = numpy.float32(0.0), numpy.float32(1.0)",
               f"OBS_NAMES = {list(obs_names)!r}", f"ACTION_NAMES = {list(action_names)!r}",
               f"ACTION_TRANSFORM = {transform!r}", f"MEAN = {f32list(mean)}", f"STD = {f32list(std)}"]
     if low is not None:
-        lines += [f"LOW = {f32list(low)}", f"HIGH = {f32list(high)}", "CENTER, HALF = (LOW + HIGH) / 2, (HIGH - LOW) / 2"]
+        lines += [f"LOW = {f32list(low)}", f"HIGH = {f32list(high)}",
+                  "CENTER, HALF = (LOW + HIGH) / 2, (HIGH - LOW) / 2"]
     lines += [f"META = {json.dumps(meta, sort_keys=True)!r}", "", "",
               "# protected functions: the exact semantics of gprl's kernels (gprl/core/functions.py)",
               PROTECTED_SOURCE.strip(), "", "",
-              "# float32 transcendental functions: the C library's, so act() follows gprl's CPU kernels to the",
+              ("# float32 transcendental functions: the C library's, so act() follows gprl's CPU kernels"
+               " to the"),
               "# last bit of a few values; without a loadable libm, float64 rounded once (within an ulp)",
-              "def _r(fn, a):", "    return fn(numpy.asarray(a, numpy.float64)).astype(numpy.float32)", "", "",
+              "def _r(fn, a):", "    return fn(numpy.asarray(a, numpy.float64)).astype(numpy.float32)",
+              "", "",
               *LIBM_SOURCE_LINES,
               "def _check(obs, dtype):", "    obs = numpy.asarray(obs, dtype=dtype)",
               f"    if obs.shape[-1] != {n_obs}:",
-              f"        raise ValueError(f'obs must have {n_obs} entries in its last axis, got {{obs.shape}}')",
+              (f"        raise ValueError(f'obs must have {n_obs} entries in its last axis, "
+               "got {obs.shape}')"),
               "    return obs", "", ""]
-    lines += scores_source("obs", obs_names, exprs, record, n_out, column="obs[..., {i}]", batch="shape[:-1]",
+    lines += scores_source("obs", obs_names, exprs, record, n_out, column="obs[..., {i}]",
+                           batch="shape[:-1]",
                            formula_doc="The folded formulas (raw units, float64) for obs [..., n_obs].",
-                           scores_doc="Tree outputs (before the action map) in float32, in the kernels' order.")
-    lines += ["def act(obs):", '    """The action for obs [n_obs] (or a batch [B, n_obs])."""', "    y = scores(obs)"]
+                           scores_doc="Tree outputs (before the action map) in float32, in the kernels' "
+                                      "order.")
+    lines += ["def act(obs):", '    """The action for obs [n_obs] (or a batch [B, n_obs])."""',
+              "    y = scores(obs)"]
     if transform == "argmax":
         lines.append("    return numpy.argmax(numpy.where(numpy.isnan(y), -numpy.inf, y), axis=-1)")
     else:
-        mapped = {"tanh": "CENTER + HALF * _r(numpy.tanh, y)", "clip": "numpy.minimum(numpy.maximum(y, LOW), HIGH)",
-                  "none": "y"}[transform]
+        mapped = {"tanh": "CENTER + HALF * _r(numpy.tanh, y)",
+                  "clip": "numpy.minimum(numpy.maximum(y, LOW), HIGH)", "none": "y"}[transform]
         lines += [f"    a = {mapped}", "    # as the environments do: NaN -> 0, then the bounds",
                   "    return numpy.clip(numpy.nan_to_num(a, nan=0.0), LOW, HIGH).astype(numpy.float32)"
                   if low is not None else "    return numpy.nan_to_num(a, nan=0.0).astype(numpy.float32)"]
@@ -359,7 +372,7 @@ def export_policy(out_dir: str | os.PathLike, tree: Population, mean: Sequence[f
     paths = {k: os.path.join(out_dir, f"policy.{k}") for k in ("txt", "tex", "py", "json")}
     write_atomic(paths["txt"], text_file)
     write_atomic(paths["tex"], latex_source(reading, anames))
-    write_atomic(paths["py"], numpy_source(exact, onames, anames, transform, text, meta, record["tree"], mean, std,
-                                           low, high))
+    write_atomic(paths["py"], numpy_source(exact, onames, anames, transform, text, meta, record["tree"], mean,
+                                           std, low, high))
     write_atomic(paths["json"], json.dumps(record, indent=1))
     return paths

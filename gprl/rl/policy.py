@@ -69,8 +69,8 @@ class ObsNormalizer:
 
     def merge_envs(self, count: torch.Tensor, total: torch.Tensor, total_sq: torch.Tensor) -> None:
         """Add per-environment partial sums (``[N]``, ``[N, dim]``, ``[N, dim]``, float64), reduced over the
-        environments in their order by :func:`gprl.train.distributed.ordered_sum`: the same bits whether the rows
-        come from one process or are gathered from the shards of a distributed run."""
+        environments in their order by :func:`gprl.train.distributed.ordered_sum`: the same bits whether the
+        rows come from one process or are gathered from the shards of a distributed run."""
         from gprl.train.distributed import ordered_sum
 
         self.merge(ordered_sum(count), ordered_sum(total), ordered_sum(total_sq))
@@ -80,7 +80,8 @@ class ObsNormalizer:
 
     def state_dict(self) -> dict:
         return {"dim": self.dim, "enabled": self.enabled, "eps": self.eps, "count": self.count.cpu(),
-                "mean64": self.mean64.cpu(), "m2": self.m2.cpu(), "mean": self.mean.cpu(), "std": self.std.cpu()}
+                "mean64": self.mean64.cpu(), "m2": self.m2.cpu(), "mean": self.mean.cpu(),
+                "std": self.std.cpu()}
 
     def load_state_dict(self, state: dict) -> None:
         if int(state["dim"]) != self.dim:
@@ -100,7 +101,8 @@ class ActionMap:
 
     def __post_init__(self):
         if self.transform not in ACTION_TRANSFORMS:
-            raise ValueError(f"action transform must be one of {list(ACTION_TRANSFORMS)}, got {self.transform!r}")
+            raise ValueError(f"action transform must be one of {list(ACTION_TRANSFORMS)}, "
+                             f"got {self.transform!r}")
         if self.transform in ("tanh", "clip") and (self.low is None or self.high is None):
             raise ValueError(f"action transform {self.transform!r} needs action bounds; use 'argmax' for a "
                              "discrete environment")
@@ -110,9 +112,11 @@ class ActionMap:
         if transform == "auto":
             transform = "argmax" if env.discrete else "tanh"
         if env.discrete and transform != "argmax":
-            raise ValueError(f"env {env.name!r} is discrete: its action transform must be 'argmax', got {transform!r}")
+            raise ValueError(f"env {env.name!r} is discrete: its action transform must be 'argmax', "
+                             f"got {transform!r}")
         if not env.discrete and transform == "argmax":
-            raise ValueError(f"env {env.name!r} is continuous: use action transform 'tanh' or 'clip', not 'argmax'")
+            raise ValueError(f"env {env.name!r} is continuous: use action transform 'tanh' or 'clip', "
+                             "not 'argmax'")
         return cls(transform, env.action_low, env.action_high)
 
     @property
@@ -143,15 +147,17 @@ class PolicyEvaluation:
     episode_returns: torch.Tensor  # [P, E]
     env_steps: torch.Tensor  # scalar int64: live environment steps taken (on the device)
     batch_steps: int
-    # with collect_stats: per environment, the live observations' count [N], sum and sum of squares [N, obs_dim]
-    # (float64), for ObsNormalizer.merge_envs (kept per environment so that shards reduce in global order)
+    # with collect_stats: per environment, the live observations' count [N], sum and sum of squares
+    # [N, obs_dim] (float64), for ObsNormalizer.merge_envs (kept per environment so that shards reduce in
+    # global order)
     obs_stats: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
 
 @torch.no_grad()
 def evaluate_policies(population: Population, env: VecEnv, action_map: ActionMap, mean: torch.Tensor,
-                      std: torch.Tensor, episodes: int = 1, max_steps: int | None = None, seed: int | None = None,
-                      stats: ObsNormalizer | None = None, collect_stats: bool = False) -> PolicyEvaluation:
+                      std: torch.Tensor, episodes: int = 1, max_steps: int | None = None,
+                      seed: int | None = None, stats: ObsNormalizer | None = None,
+                      collect_stats: bool = False) -> PolicyEvaluation:
     """One batched rollout of ``len(population) * episodes`` environments.
 
     ``mean``/``std`` are ``[obs_dim]`` (shared) or ``[P, obs_dim]`` (per individual). With ``collect_stats``
@@ -164,7 +170,8 @@ def evaluate_policies(population: Population, env: VecEnv, action_map: ActionMap
     std = std.to(dev).reshape(-1, 1, env.obs_dim) if std.dim() == 2 else std.to(dev)
     collect = collect_stats or stats is not None
     N = env.num_envs
-    acc = (torch.zeros(N, dtype=torch.float64, device=dev), torch.zeros(N, env.obs_dim, dtype=torch.float64, device=dev),
+    acc = (torch.zeros(N, dtype=torch.float64, device=dev),
+           torch.zeros(N, env.obs_dim, dtype=torch.float64, device=dev),
            torch.zeros(N, env.obs_dim, dtype=torch.float64, device=dev))
 
     def policy(obs: torch.Tensor) -> torch.Tensor:
@@ -180,4 +187,5 @@ def evaluate_policies(population: Population, env: VecEnv, action_map: ActionMap
     res = rollout(env, policy, P, episodes, max_steps=max_steps, seed=seed)
     if stats is not None:
         stats.merge_envs(*acc)
-    return PolicyEvaluation(res.mean_return, res.returns, res.lengths.sum(), res.steps, acc if collect else None)
+    return PolicyEvaluation(res.mean_return, res.returns, res.lengths.sum(), res.steps,
+                            acc if collect else None)

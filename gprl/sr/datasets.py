@@ -115,7 +115,8 @@ _NGUYEN = {
     12: ("x0**4 - x0**3 + x1**2/2 - x1", 2, _U11_20),
 }
 for _k, (_f, _n, _tr) in _NGUYEN.items():
-    SYNTHETIC[f"nguyen_{_k}"] = _Synthetic(_f, _n, _tr, _tr[:3] + (1000,), NGUYEN_FUNCTIONS, False, f"Nguyen-{_k}")
+    SYNTHETIC[f"nguyen_{_k}"] = _Synthetic(_f, _n, _tr, _tr[:3] + (1000,), NGUYEN_FUNCTIONS, False,
+                                           f"Nguyen-{_k}")
 _KEIJZER = {
     1: ("0.3*x0*sin(2*pi*x0)", 1, ("E", -1.0, 1.0, 0.1), ("E", -1.0, 1.0, 0.001)),
     2: ("0.3*x0*sin(2*pi*x0)", 1, ("E", -2.0, 2.0, 0.1), ("E", -2.0, 2.0, 0.001)),
@@ -191,8 +192,8 @@ def _sklearn(name: str, test_size: float, seed: int) -> SupervisedData:
     task = SKLEARN[name]
     y = bunch.target.astype(np.float64) if task == "regression" else bunch.target
     targets = ["target"] if task == "regression" else [str(t) for t in bunch.target_names]
-    return from_arrays(bunch.data, y, feature_names=[str(f) for f in bunch.feature_names], target_names=targets,
-                       task=task, test_size=test_size, seed=seed, name=name,
+    return from_arrays(bunch.data, y, feature_names=[str(f) for f in bunch.feature_names],
+                       target_names=targets, task=task, test_size=test_size, seed=seed, name=name,
                        description=f"scikit-learn's bundled {name} dataset")
 
 
@@ -236,8 +237,8 @@ def check_features(X, name: str = "X", feature_names: Sequence[str] | None = Non
         bad = [str(c) for c in X.columns if not (pd.api.types.is_numeric_dtype(X[c]) or
                                                  pd.api.types.is_bool_dtype(X[c]))]
         if bad:
-            raise ValueError(f"{name} has non-numeric columns {bad}; encode them as numbers (e.g. one-hot) or "
-                             f"leave them out")
+            raise ValueError(f"{name} has non-numeric columns {bad}; encode them as numbers (e.g. one-hot) "
+                             f"or leave them out")
         feature_names = [str(c) for c in X.columns]
         X = X.to_numpy()
     if hasattr(X, "toarray") or type(X).__module__.startswith("scipy.sparse"):
@@ -252,18 +253,19 @@ def check_features(X, name: str = "X", feature_names: Sequence[str] | None = Non
         except ValueError as err:  # e.g. a string that is not a number
             raise ValueError(f"{name} has non-numeric values ({err}); encode them as numbers first") from err
     if np.iscomplexobj(X):
-        raise ValueError(f"Complex data not supported: {name} holds complex numbers; split them into real and "
-                         f"imaginary features")
+        raise ValueError(f"Complex data not supported: {name} holds complex numbers; split them into real "
+                         f"and imaginary features")
     if not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
-        raise ValueError(f"{name} must be numeric, got dtype {X.dtype}; convert strings/categories to numbers")
+        raise ValueError(f"{name} must be numeric, got dtype {X.dtype}; "
+                         "convert strings/categories to numbers")
     if X.ndim == 1:
         raise ValueError(f"{name} must be 2-D [n_samples, n_features], got 1-D. Reshape your data with "
                          f"X.reshape(-1, 1) for a single feature or X.reshape(1, -1) for a single sample")
     if X.ndim != 2:
         raise ValueError(f"{name} must be 2-D [n_samples, n_features], got shape {X.shape}")
     if X.shape[0] == 0:
-        raise ValueError(f"{name} is empty: found array with 0 sample(s) (shape={X.shape}) while a minimum of 1 "
-                         f"is required.")
+        raise ValueError(f"{name} is empty: found array with 0 sample(s) (shape={X.shape}) while a minimum "
+                         f"of 1 is required.")
     if X.shape[1] == 0:
         raise ValueError(f"{name} has 0 feature(s) (shape={X.shape}) while a minimum of 1 is required.")
     X = X.astype(np.float64)
@@ -271,7 +273,8 @@ def check_features(X, name: str = "X", feature_names: Sequence[str] | None = Non
     if not finite.all():
         cols = np.nonzero(~finite.all(axis=0))[0]
         where = [feature_names[c] for c in cols] if feature_names is not None else [int(c) for c in cols]
-        raise ValueError(f"{name} contains NaN or inf ({int((~finite).sum())} values, in columns {where[:10]}); "
+        raise ValueError(f"{name} contains NaN or inf ({int((~finite).sum())} values, "
+                         f"in columns {where[:10]}); "
                          f"impute or remove those rows yourself: nothing is dropped silently")
     return X
 
@@ -310,8 +313,8 @@ def check_targets(y, n_rows: int, task: str, name: str = "y") -> np.ndarray:
 
         from sklearn.exceptions import DataConversionWarning
 
-        warnings.warn("A column-vector y was passed when a 1d array was expected; it is used as 1-D labels [n] "
-                      "(use y.ravel())",
+        warnings.warn("A column-vector y was passed when a 1d array was expected; it is used as 1-D labels "
+                      "[n] (use y.ravel())",
                       DataConversionWarning, stacklevel=3)
         y = y[:, 0]
     if y.ndim != 1:
@@ -323,7 +326,8 @@ def check_targets(y, n_rows: int, task: str, name: str = "y") -> np.ndarray:
     return y
 
 
-def from_arrays(X, y, *, feature_names: Sequence[str] | None = None, target_names: Sequence[str] | None = None,
+def from_arrays(X, y, *, feature_names: Sequence[str] | None = None,
+                target_names: Sequence[str] | None = None,
                 task: str = "regression", test_size: float = 0.25, seed: int = 0, name: str = "arrays",
                 formula: str | None = None, description: str = "") -> SupervisedData:
     """The user's arrays (NumPy or pandas) validated and split into train/test (stratified for
@@ -395,8 +399,8 @@ def load_csv(path: str | os.PathLike, target: str | int | Sequence[str | int], *
         raise ValueError("features is empty: choose at least one input column")
     y = frame[targets[0]] if len(targets) == 1 else frame[targets]
     return from_arrays(frame[features], y, feature_names=[str(f) for f in features],
-                       target_names=None if task == "classification" else [str(t) for t in targets], task=task,
-                       test_size=test_size, seed=seed, name=os.path.basename(path))
+                       target_names=None if task == "classification" else [str(t) for t in targets],
+                       task=task, test_size=test_size, seed=seed, name=os.path.basename(path))
 
 
 def _check_int(name: str, v, low: int) -> None:

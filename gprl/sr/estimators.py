@@ -133,9 +133,11 @@ class _SymbolicBase(BaseEstimator):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"generations must be an integer >= 1, got {v!r}")
         if self.model_selection not in MODEL_SELECTIONS:
-            raise ValueError(f"model_selection must be one of {MODEL_SELECTIONS}, got {self.model_selection!r}")
+            raise ValueError(f"model_selection must be one of {MODEL_SELECTIONS}, "
+                             f"got {self.model_selection!r}")
         if self.validation_fraction is not None and not (0 < float(self.validation_fraction) < 1):
-            raise ValueError(f"validation_fraction must be None or in (0, 1), got {self.validation_fraction!r}")
+            raise ValueError("validation_fraction must be None or in (0, 1), "
+                             f"got {self.validation_fraction!r}")
         if self.time_limit is not None and not float(self.time_limit) > 0:
             raise ValueError(f"time_limit must be None or seconds > 0, got {self.time_limit!r}")
         if self.target_loss is not None and not np.isfinite(float(self.target_loss)):
@@ -148,8 +150,9 @@ class _SymbolicBase(BaseEstimator):
 
     def _gp_config(self) -> GPConfig:
         """The search settings among the estimator's parameters."""
-        return GPConfig(population_size=self.population_size, max_len=self.max_len, functions=self.functions,
-                        init_depth=self.init_depth, max_depth=self.max_depth, tournament_size=self.tournament_size,
+        return GPConfig(population_size=self.population_size, max_len=self.max_len,
+                        functions=self.functions, init_depth=self.init_depth, max_depth=self.max_depth,
+                        tournament_size=self.tournament_size,
                         elitism=self.elitism, parsimony=float(self.parsimony), rates=self.rates,
                         const_prob=self.const_prob, const_range=self.const_range)
 
@@ -187,7 +190,8 @@ class _SymbolicBase(BaseEstimator):
 
     # ---- the search ----
     def _fit(self, X: np.ndarray, targets: np.ndarray, weight: np.ndarray | None, make_objective: Callable):
-        """Evolves on (X, targets); ``make_objective(X, targets, weight)`` builds an objective for a row subset."""
+        """Evolves on (X, targets); ``make_objective(X, targets, weight)`` builds an objective for a row
+        subset."""
         self._validate_params()
         config = self._gp_config()  # checked before any work on the data
         device = resolve_device(self.device)
@@ -200,8 +204,8 @@ class _SymbolicBase(BaseEstimator):
             perm = np.random.default_rng(seed).permutation(n)
             n_val = round(float(self.validation_fraction) * n)
             if n_val < 1 or n - n_val < 1:
-                raise ValueError(f"validation_fraction={self.validation_fraction} leaves no rows for training "
-                                 f"or validation with {n} samples; use None or another fraction")
+                raise ValueError(f"validation_fraction={self.validation_fraction} leaves no rows for "
+                                 f"training or validation with {n} samples; use None or another fraction")
             val_rows, rows = np.sort(perm[:n_val]), np.sort(perm[n_val:])
         if self.standardize:
             self._mean, sd = weighted_mean_std(X[rows], None if weight is None else weight[rows])
@@ -254,8 +258,8 @@ class _SymbolicBase(BaseEstimator):
             pops = [gp.step(pop, lo) for gp, pop, lo in zip(gps, pops, losses)]
             self.n_generations_ = g + 1
         self.fit_seconds_ = time.monotonic() - start
-        val = None if val_rows is None else make_objective(Xs[val_rows], targets[val_rows], sub(weight, val_rows),
-                                                           device)
+        val = None if val_rows is None else make_objective(Xs[val_rows], targets[val_rows],
+                                                           sub(weight, val_rows), device)
         fronts, coefs, complexity, used, trained, island, chosen = [], [], [], [], [], [], []
         for k, gp in enumerate(gps):
             lengths, losses, trees = gp.archive.front()
@@ -267,10 +271,12 @@ class _SymbolicBase(BaseEstimator):
                 gp.archive.update(trees, losses)
                 lengths, losses, trees = gp.archive.front()
             train_loss = losses.cpu().numpy().astype(np.float64)
-            # the output bias/scale of each front tree (classifiers' linear scaling), fitted on the training rows
+            # the output bias/scale of each front tree (classifiers' linear scaling), fitted on the
+            # training rows
             coef = train.coefficients(trees) if hasattr(train, "coefficients") else None
             if val is not None:
-                loss_used = (val(trees) if coef is None else val(trees, coef)).cpu().numpy().astype(np.float64)
+                loss_used = ((val(trees) if coef is None else val(trees, coef)).cpu().numpy()
+                             .astype(np.float64))
             else:
                 loss_used = train_loss
             cx = lengths.cpu().numpy()
@@ -316,7 +322,8 @@ class _SymbolicBase(BaseEstimator):
         names = self._names()
         exprs = self._front.to_sympy(index, names=names, protected=True)
         if self._coef is not None:
-            exprs = [float(a) + float(b) * e for a, b, e in zip(self._coef[0][index], self._coef[1][index], exprs)]
+            exprs = [float(a) + float(b) * e
+                     for a, b, e in zip(self._coef[0][index], self._coef[1][index], exprs)]
         if getattr(self, "_y_scale", None) is not None:
             exprs = [float(m) + self._y_scale * e for m, e in zip(self._y_shift, exprs)]
         if self.standardize:
@@ -332,7 +339,8 @@ class _SymbolicBase(BaseEstimator):
         X = self._transform(self._check_X(X, fitting=False))
         device = resolve_device(self.device)
         members = self._front[self.members_].to(device)
-        out = members.forward(torch.from_numpy(X).to(device)).cpu().numpy().astype(np.float64)  # [K, D, n_out]
+        # [K, D, n_out]
+        out = members.forward(torch.from_numpy(X).to(device)).cpu().numpy().astype(np.float64)
         if self._coef is not None:
             out = self._coef[0][self.members_][:, None] + self._coef[1][self.members_][:, None] * out
         if getattr(self, "_y_scale", None) is not None:
@@ -395,7 +403,8 @@ _DOC_PARAMS = """
 
 
 class SymbolicRegressor(RegressorMixin, _SymbolicBase):
-    __doc__ = ("Symbolic regression by GPU tree GP (multi-target y via multi-output trees).\n" + _DOC_PARAMS + """
+    __doc__ = ("Symbolic regression by GPU tree GP (multi-target y via multi-output trees).\n"
+               + _DOC_PARAMS + """
     optimize_constants fits the metric itself: Gauss-Newton steps for "mse" and "rmse", iteratively
     reweighted least squares for "mae" (``RegressionObjective.gauss_newton_terms``), with the sample
     weights; a step is kept only where the training loss decreases. With 500 trees and 50 generations (CPU,
@@ -413,17 +422,21 @@ class SymbolicRegressor(RegressorMixin, _SymbolicBase):
                  const_range: tuple[float, float] = (-1.0, 1.0), max_len: int = 64, max_depth: int = 17,
                  init_depth: tuple[int, int] = (2, 6), tournament_size: int = 7, elitism: int = 1,
                  rates: dict[str, float] | None = None, parsimony: float = 0.0, metric: str = "mse",
-                 model_selection: str = "best", target_loss: float | None = None, time_limit: float | None = None,
-                 validation_fraction: float | None = None, standardize: bool = False,
+                 model_selection: str = "best", target_loss: float | None = None,
+                 time_limit: float | None = None, validation_fraction: float | None = None,
+                 standardize: bool = False,
                  optimize_constants: int = 0, optimize_every: int = 1, optimizer_iterations: int = 8,
                  random_state=None, device: str = "auto", callback: Callable | None = None, verbose: int = 0):
         self.optimize_constants, self.optimize_every = optimize_constants, optimize_every
         self.optimizer_iterations = optimizer_iterations
         self.population_size, self.generations, self.functions = population_size, generations, functions
-        self.const_prob, self.const_range, self.max_len, self.max_depth = const_prob, const_range, max_len, max_depth
-        self.init_depth, self.tournament_size, self.elitism, self.rates = init_depth, tournament_size, elitism, rates
+        self.const_prob, self.const_range, self.max_len, self.max_depth = (
+            const_prob, const_range, max_len, max_depth)
+        self.init_depth, self.tournament_size, self.elitism, self.rates = (
+            init_depth, tournament_size, elitism, rates)
         self.parsimony, self.metric, self.model_selection = parsimony, metric, model_selection
-        self.target_loss, self.time_limit, self.validation_fraction = target_loss, time_limit, validation_fraction
+        self.target_loss, self.time_limit, self.validation_fraction = (
+            target_loss, time_limit, validation_fraction)
         self.standardize, self.random_state, self.device = standardize, random_state, device
         self.callback, self.verbose = callback, verbose
 
@@ -433,7 +446,8 @@ class SymbolicRegressor(RegressorMixin, _SymbolicBase):
         self._multi_target = y.ndim == 2
         self.n_targets_ = 1 if y.ndim == 1 else y.shape[1]
         w = self._check_weight(sample_weight, X.shape[0])
-        return self._fit(X, y, w, lambda X, y, w, dev: RegressionObjective(X, y, w, metric=self.metric, device=dev))
+        return self._fit(X, y, w, lambda X, y, w, dev: RegressionObjective(
+            X, y, w, metric=self.metric, device=dev))
 
     def predict(self, X) -> np.ndarray:
         out = self._outputs(X)
@@ -447,11 +461,11 @@ class SymbolicRegressor(RegressorMixin, _SymbolicBase):
 
 
 class SymbolicClassifier(ClassifierMixin, _SymbolicBase):
-    __doc__ = ("Symbolic classification by GPU tree GP: one tree output per class (softmax), or one output and a "
-               "sigmoid for two classes; any label type.\n" + _DOC_PARAMS + """
-    linear_scaling: read each tree output f as the logit a + b * f, with the bias a and scale b fitted per tree
-    (L2-regularised logistic regression on the device, ``gprl.sr.scaling``) while evolving; they are part of
-    the exported formula.
+    __doc__ = ("Symbolic classification by GPU tree GP: one tree output per class (softmax), or one output "
+               "and a sigmoid for two classes; any label type.\n" + _DOC_PARAMS + """
+    linear_scaling: read each tree output f as the logit a + b * f, with the bias a and scale b fitted per
+    tree (L2-regularised logistic regression on the device, ``gprl.sr.scaling``) while evolving; they are
+    part of the exported formula.
     optimize_constants fits the cross-entropy (also for ``metric="accuracy"``, as its smooth surrogate). On
     wine and breast_cancer (75/25 splits) fitting 20 trees every 10 generations lowered held-out accuracy by
     1-2.5 points (the fitted constants overfit 130-430 training rows; H100, split seeds 0-4).
@@ -470,8 +484,9 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicBase):
                  functions: Sequence[str] = ("add", "sub", "mul", "div"), const_prob: float = 0.2,
                  const_range: tuple[float, float] = (-1.0, 1.0), max_len: int = 64, max_depth: int = 17,
                  init_depth: tuple[int, int] = (2, 6), tournament_size: int = 7, elitism: int = 1,
-                 rates: dict[str, float] | None = None, parsimony: float = 0.0005, metric: str = "cross_entropy",
-                 model_selection: str = "accuracy", target_loss: float | None = None,
+                 rates: dict[str, float] | None = None, parsimony: float = 0.0005,
+                 metric: str = "cross_entropy", model_selection: str = "accuracy",
+                 target_loss: float | None = None,
                  time_limit: float | None = None, validation_fraction: float | None = None,
                  standardize: bool = True, linear_scaling: bool = False, ensemble_size: int = 1,
                  optimize_constants: int = 0, optimize_every: int = 1, optimizer_iterations: int = 8,
@@ -481,10 +496,13 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicBase):
         self.optimize_constants, self.optimize_every = optimize_constants, optimize_every
         self.optimizer_iterations = optimizer_iterations
         self.population_size, self.generations, self.functions = population_size, generations, functions
-        self.const_prob, self.const_range, self.max_len, self.max_depth = const_prob, const_range, max_len, max_depth
-        self.init_depth, self.tournament_size, self.elitism, self.rates = init_depth, tournament_size, elitism, rates
+        self.const_prob, self.const_range, self.max_len, self.max_depth = (
+            const_prob, const_range, max_len, max_depth)
+        self.init_depth, self.tournament_size, self.elitism, self.rates = (
+            init_depth, tournament_size, elitism, rates)
         self.parsimony, self.metric, self.model_selection = parsimony, metric, model_selection
-        self.target_loss, self.time_limit, self.validation_fraction = target_loss, time_limit, validation_fraction
+        self.target_loss, self.time_limit, self.validation_fraction = (
+            target_loss, time_limit, validation_fraction)
         self.standardize, self.random_state, self.device = standardize, random_state, device
         self.callback, self.verbose = callback, verbose
 
@@ -498,14 +516,16 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicBase):
                              "class labels (use SymbolicRegressor for a numeric target)")
         self.classes_, codes = np.unique(y, return_inverse=True)
         if len(self.classes_) < 2:
-            raise ValueError(f"y holds only one class ({self.classes_[0]!r}); a classifier needs at least two")
+            raise ValueError(f"y holds only one class ({self.classes_[0]!r}); "
+                             "a classifier needs at least two")
         w = self._check_weight(sample_weight, X.shape[0])
         K = len(self.classes_)
         return self._fit(X, codes.ravel(), w, lambda X, y, w, dev: ClassificationObjective(
             X, y, K, w, metric=self.metric, device=dev, scaling=bool(self.linear_scaling)))
 
     def decision_function(self, X) -> np.ndarray:
-        """The model's logits (tree outputs, linearly scaled with ``linear_scaling``): ``[D]`` logits of the second class for two classes, else ``[D, n_classes]``."""
+        """The model's logits (tree outputs, linearly scaled with ``linear_scaling``): ``[D]`` logits of
+        the second class for two classes, else ``[D, n_classes]``."""
         out = self._outputs(X)
         return out[:, 0] if len(self.classes_) == 2 else out
 

@@ -1,7 +1,7 @@
 """Export a regression/classification model found by ``train.py task=sr|classification``.
 
-The same machinery as the policy export (:mod:`gprl.rl.export`) with a supervised head instead of an action map:
-``model.txt`` / ``model.tex`` (reading form over the feature names, standardisation folded in),
+The same machinery as the policy export (:mod:`gprl.rl.export`) with a supervised head instead of an action
+map: ``model.txt`` / ``model.tex`` (reading form over the feature names, standardisation folded in),
 ``model.py`` (NumPy only: ``predict(X)``, plus ``predict_proba``/``decision_function`` for classifiers; the
 tree is evaluated in float32 in the kernels' order, so it reproduces the training predictions),
 ``model.json`` (tree, feature names, standardisation, classes, metadata) and ``equations.csv`` (the Pareto
@@ -53,12 +53,15 @@ def _module_source(exact: Sequence[sympy.Expr], names: Sequence[str], out_names:
                    classes: Sequence[Any] | None, text: str, meta: dict[str, Any], record: dict[str, Any],
                    mean: Sequence[float], std: Sequence[float]) -> str:
     n_in, n_out = len(names), len(out_names)
-    f32list = lambda vals: "numpy.array([" + ", ".join(repr(float(np.float32(v))) for v in vals) + "], numpy.float32)"
-    lines = [f'"""Exported gprl {task} model for {meta.get("dataset", "?")} (NumPy only; no gprl, no torch).', "",
+    f32list = lambda vals: ("numpy.array([" + ", ".join(repr(float(np.float32(v))) for v in vals)
+                            + "], numpy.float32)")
+    lines = [f'"""Exported gprl {task} model for {meta.get("dataset", "?")} (NumPy only; no gprl, no torch).',
+             "",
              "Formulas over the raw features (reading form; scores() computes the same function in float32",
              "in the training kernels' order):", ""]
     lines += ["    " + ln for ln in text.strip().splitlines()]
-    lines += ['"""', "", "import numpy", "", f"EPS = {F.EPS!r}", f"BOUND = {F.BOUND!r}", "EPS32, BOUND32 = numpy.float32(EPS), numpy.float32(BOUND)",
+    lines += ['"""', "", "import numpy", "", f"EPS = {F.EPS!r}", f"BOUND = {F.BOUND!r}",
+              "EPS32, BOUND32 = numpy.float32(EPS), numpy.float32(BOUND)",
               "ZERO, ONE = numpy.float32(0.0), numpy.float32(1.0)",
               f"FEATURE_NAMES = {list(names)!r}", f"OUTPUT_NAMES = {list(out_names)!r}",
               f"CLASSES = {None if classes is None else list(classes)!r}",
@@ -69,7 +72,8 @@ def _module_source(exact: Sequence[sympy.Expr], names: Sequence[str], out_names:
               *LIBM_SOURCE_LINES,
               "def _check(X, dtype):", "    X = numpy.asarray(X, dtype=dtype)",
               f"    if X.ndim != 2 or X.shape[-1] != {n_in}:",
-              f"        raise ValueError(f'X must be [n_samples, {n_in}] ({{FEATURE_NAMES}}), got shape {{X.shape}}')",
+              (f"        raise ValueError(f'X must be [n_samples, {n_in}] ({{FEATURE_NAMES}}), "
+               "got shape {X.shape}')"),
               "    return X", "", ""]
     lines += scores_source("X", names, exact, record, n_out, column="X[:, {i}]", batch="shape[:1]",
                            formula_doc="The folded formulas (raw units, float64) for X [n, n_features].",
@@ -80,14 +84,17 @@ def _module_source(exact: Sequence[sympy.Expr], names: Sequence[str], out_names:
     else:
         lines += ["def decision_function(X):",
                   '    """Logits: [n] of the second class for two classes, else [n, n_classes]."""',
-                  "    z = scores(X).astype(numpy.float64)", "    return z[:, 0] if len(CLASSES) == 2 else z", "", "",
-                  "def predict_proba(X):", '    """Class probabilities [n, n_classes] (sigmoid or softmax)."""',
+                  "    z = scores(X).astype(numpy.float64)", "    return z[:, 0] if len(CLASSES) == 2 else z",
+                  "", "",
+                  "def predict_proba(X):",
+                  '    """Class probabilities [n, n_classes] (sigmoid or softmax)."""',
                   "    z = decision_function(X)", "    if z.ndim == 1:",
                   "        p = 1.0 / (1.0 + numpy.exp(-numpy.clip(z, -700, 700)))",
                   "        return numpy.stack([1.0 - p, p], axis=1)",
                   "    z = z - z.max(axis=1, keepdims=True)", "    e = numpy.exp(z)",
                   "    return e / e.sum(axis=1, keepdims=True)", "", "",
-                  "def predict(X):", '    """Class labels [n] (as in training: logit > 0, or the arg max)."""',
+                  "def predict(X):",
+                  '    """Class labels [n] (as in training: logit > 0, or the arg max)."""',
                   "    z = decision_function(X)",
                   "    k = (z > 0).astype(int) if z.ndim == 1 else \\",
                   "        numpy.argmax(numpy.where(numpy.isnan(z), -numpy.inf, z), axis=1)",
@@ -112,8 +119,9 @@ def export_model(out_dir: str | os.PathLike, tree: Population, mean: Sequence[fl
     else:
         head = "one score (logit) per class; softmax gives the probabilities, the arg max the class"
     text = "".join(f"{a} = {sympy.sstr(e)}\n" for a, e in zip(onames, reading))
-    text_file = (f"# gprl {task} model for {meta.get('dataset', '?')}: {head}; raw feature units ('/' and log "
-                 f"are protected: x/0 -> 1, log|x|; gt(a, b) = 1 if a > b else -1; see model.py)\n" + text)
+    text_file = (f"# gprl {task} model for {meta.get('dataset', '?')}: {head}; raw feature units "
+                 "('/' and log are protected: x/0 -> 1, log|x|; gt(a, b) = 1 if a > b else -1; "
+                 "see model.py)\n" + text)
     record = {"format": "gprl.model", "version": 1, "task": task, "feature_names": names,
               "output_names": onames, "classes": None if classes is None else list(classes),
               "standardization": {"mean": [float(m) for m in mean], "std": [float(s) for s in std]},

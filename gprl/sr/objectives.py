@@ -48,9 +48,9 @@ class RegressionObjective:
     def gauss_newton_terms(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Gradient ``[P, D, M]`` and Gauss–Newton Hessian ``[P, D, M, M]`` (float64, diagonal in the outputs)
         of the loss with respect to every tree's outputs ``out [P, D, M]``, row by row (for
-        ``gprl.evolve.constants``). The loss is the kernel's: with row weights ``w`` (1 without) and ``W = sum w``,
-        output ``k``'s ``m_k = sum_r w_r e_rk^2 / W`` (``mae``: ``|e_rk|``), averaged over the ``M`` outputs
-        (``rmse``: the mean of ``sqrt(m_k)``).
+        ``gprl.evolve.constants``). The loss is the kernel's: with row weights ``w`` (1 without) and
+        ``W = sum w``, output ``k``'s ``m_k = sum_r w_r e_rk^2 / W`` (``mae``: ``|e_rk|``), averaged over the
+        ``M`` outputs (``rmse``: the mean of ``sqrt(m_k)``).
 
         * ``mse``: exact, ``g = 2 w e / (M W)`` and ``h = 2 w / (M W)``;
         * ``rmse``: the chain rule at the current point, ``g = w e / (M W sqrt(m_k))``, and the Gauss–Newton
@@ -79,7 +79,8 @@ class RegressionObjective:
             a = e.abs()
             eps = 1e-4 * ((w * M) * a).sum(1, keepdim=True)
             g = w * torch.sign(e)
-            h = torch.where(eps > 0, w / torch.maximum(a, eps).clamp(min=torch.finfo(torch.float64).tiny), 0.0)
+            h = torch.where(eps > 0, w / torch.maximum(a, eps).clamp(min=torch.finfo(torch.float64).tiny),
+                            0.0)
         g, h = torch.where(finite, g, 0.0), torch.where(finite, h, 0.0)
         return g, torch.diag_embed(h)
 
@@ -134,7 +135,8 @@ class ClassificationObjective:
             per_row = torch.nn.functional.binary_cross_entropy_with_logits(
                 out[..., 0], y.to(out.dtype).expand(out.shape[0], -1), reduction="none")
         else:
-            per_row = torch.logsumexp(out, -1) - out.gather(-1, y.view(1, -1, 1).expand(out.shape[0], -1, 1))[..., 0]
+            per_row = (torch.logsumexp(out, -1)
+                       - out.gather(-1, y.view(1, -1, 1).expand(out.shape[0], -1, 1))[..., 0])
         return (per_row * self.w).sum(-1)
 
     def _chunks(self, population: Population):
@@ -159,9 +161,9 @@ class ClassificationObjective:
 
     def gauss_newton_terms(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Gradient ``[P, D, M]`` and Hessian ``[P, D, M, M]`` (float64) of the cross-entropy with respect to
-        every tree's outputs ``out [P, D, M]``, row by row (for ``gprl.evolve.constants``: the Gauss–Newton matrix
-        of a tree's constants is ``J^T H J``). With ``scaling`` the outputs pass through their fitted bias
-        and scale, held fixed: at the fitted optimum that is still the exact gradient. For
+        every tree's outputs ``out [P, D, M]``, row by row (for ``gprl.evolve.constants``: the Gauss–Newton
+        matrix of a tree's constants is ``J^T H J``). With ``scaling`` the outputs pass through their fitted
+        bias and scale, held fixed: at the fitted optimum that is still the exact gradient. For
         ``metric="accuracy"`` these are the cross-entropy's, its smooth surrogate."""
         z = out.double()
         if self.scaling:
@@ -199,7 +201,8 @@ class ClassificationObjective:
             coefficients = tuple(torch.as_tensor(c, dtype=torch.float64, device=self.data.device)
                                  for c in coefficients)
             if any(c.shape != (len(population), self.n_out) for c in coefficients):
-                raise ValueError(f"coefficients must be (bias, scale) of shape [{len(population)}, {self.n_out}]")
+                raise ValueError("coefficients must be (bias, scale) of shape "
+                                 f"[{len(population)}, {self.n_out}]")
         sl = (lambda i, n: None if coefficients is None else tuple(c[i:i + n] for c in coefficients))
         losses = [self._loss(out, sl(i, len(out))) for i, out in self._chunks(population)]
         loss = torch.cat(losses).float() if losses else torch.zeros(0, device=self.data.device)

@@ -45,7 +45,8 @@ def fit_logistic_scaling(out: torch.Tensor, y: torch.Tensor, w: torch.Tensor, ri
     # start at b = 0 and the intercept that is exact there: the log-odds of the (weighted) class prior
     prior = (onehot * w[:, None]).sum(0).clamp(1e-12, 1 - 1e-12)
     a0 = (prior / (1 - prior)).log() if M == 1 else prior.log() - prior.log().mean()
-    theta = torch.cat([a0, torch.zeros(M, dtype=dtype, device=out.device)]).repeat(P, 1)  # (a_1..a_M, b_1..b_M)
+    # (a_1..a_M, b_1..b_M)
+    theta = torch.cat([a0, torch.zeros(M, dtype=dtype, device=out.device)]).repeat(P, 1)
     for _ in range(steps):
         a, b = theta[:, :M], theta[:, M:]
         logit = a[:, None] + b[:, None] * z

@@ -62,11 +62,13 @@ def checkpoint_dir(run_dir: str | os.PathLike) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
-def save_checkpoint(run_dir: str | os.PathLike, generation: int, state: dict[str, Any], keep: int = 2) -> Path:
+def save_checkpoint(run_dir: str | os.PathLike, generation: int, state: dict[str, Any],
+                    keep: int = 2) -> Path:
     """Writes ``checkpoints/gen_<generation>.pt`` atomically and keeps the newest ``keep`` checkpoints."""
     folder = checkpoint_dir(run_dir)
     path = folder / f"gen_{generation:06d}.pt"
-    atomic_torch_save({"format": FORMAT, "version": 1, "generation": generation, "rng": rng_states(), **state}, path)
+    atomic_torch_save({"format": FORMAT, "version": 1, "generation": generation, "rng": rng_states(),
+                       **state}, path)
     for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
         old.unlink(missing_ok=True)
     return path
@@ -76,7 +78,8 @@ def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
     folder = checkpoint_dir(run_dir)
     if not folder.is_dir():
         return []
-    return sorted((p for p in folder.iterdir() if _NAME.search(p.name)), key=lambda p: int(_NAME.search(p.name)[1]))
+    return sorted((p for p in folder.iterdir() if _NAME.search(p.name)),
+                  key=lambda p: int(_NAME.search(p.name)[1]))
 
 
 def _numpy_allowed():
@@ -125,10 +128,12 @@ def load_checkpoint(run_dir: str | os.PathLike, skipped: list[Path] | None = Non
     stderr naming it and why; its path is appended to ``skipped``. A clear error when none is intact."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise FileNotFoundError(f"resume: run directory {str(run_dir)!r} does not exist; pass resume=<run dir>")
+        raise FileNotFoundError(f"resume: run directory {str(run_dir)!r} does not exist; "
+                                "pass resume=<run dir>")
     found = list_checkpoints(run_dir)
     if not found:
-        raise FileNotFoundError(f"resume: {str(run_dir)!r} holds no checkpoints (expected checkpoints/gen_*.pt)")
+        raise FileNotFoundError(f"resume: {str(run_dir)!r} holds no checkpoints "
+                                "(expected checkpoints/gen_*.pt)")
     causes: list[str] = []
     for path in reversed(found):
         try:
@@ -152,8 +157,8 @@ def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], run_dir: s
              for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)]
     if diffs:
         raise ValueError(f"resume: the run in {str(run_dir)!r} does not match this configuration ("
-                         + "; ".join(diffs) + "). Resume with the run's own settings (see its config.yaml) or "
-                         "start a new run; the old run was left untouched.")
+                         + "; ".join(diffs) + "). Resume with the run's own settings "
+                         "(see its config.yaml) or start a new run; the old run was left untouched.")
 
 
 # Settings a resumed run may change freely: stopping rules, bookkeeping, logging, where it runs, and the final

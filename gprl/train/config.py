@@ -20,7 +20,8 @@ class EnvSchema:
     name: str = MISSING
     backend: str = "auto"
     episode_length: int | None = None
-    episode_schedule: Any = None  # {start, ramp_generations} or null (Any: OmegaConf cannot merge a dict into a None dict)
+    # {start, ramp_generations} or null (Any: OmegaConf cannot merge a dict into a None dict)
+    episode_schedule: Any = None
     episodes: int = 1
     normalize_obs: bool = True
     action_transform: str = "auto"

@@ -1,12 +1,13 @@
 """One search over several processes: ``torchrun --nproc_per_node=K train.py ...`` (``torch.distributed``).
 
-All of the distributed plumbing lives here; the trainer and the tasks only call a few methods of :class:`Dist`.
+All of the distributed plumbing lives here; the trainer and the tasks only call a few methods of
+:class:`Dist`.
 
-* Launch: ``torchrun`` sets ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``; :func:`init` finds them and starts the
-  process group (gloo for CPU tensors, NCCL for CUDA tensors) with the ``dist.timeout_s`` timeout. On CUDA,
-  rank r of a node uses ``cuda:LOCAL_RANK``. Without ``torchrun`` (or with ``WORLD_SIZE=1``) :func:`init`
-  returns a :class:`Dist` of world size 1 whose methods are the identity, so a single process runs the same
-  code path as before.
+* Launch: ``torchrun`` sets ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``; :func:`init` finds them and starts
+  the process group (gloo for CPU tensors, NCCL for CUDA tensors) with the ``dist.timeout_s`` timeout. On
+  CUDA, rank r of a node uses ``cuda:LOCAL_RANK``. Without ``torchrun`` (or with ``WORLD_SIZE=1``)
+  :func:`init` returns a :class:`Dist` of world size 1 whose methods are the identity, so a single process
+  runs the same code path as before.
 * Sharding: every rank evaluates its contiguous shard of the population (:meth:`Dist.bounds`) on its own
   device with its own environments; the per-individual results are gathered in rank order
   (:meth:`Dist.gather`), so every rank holds the full vectors a single process computes. Rank 0 alone varies
@@ -94,9 +95,9 @@ class Dist:
         """A ValueError (same on every rank) when ``n`` items leave a rank without any."""
         if n < self.world_size:
             raise ValueError(
-                f"{key}={n} is smaller than the number of processes ({self.world_size}): every rank evaluates a "
-                f"contiguous shard of at least one {what}. Raise {key} to at least {self.world_size} or launch "
-                f"fewer processes (torchrun --nproc_per_node / --nnodes).")
+                f"{key}={n} is smaller than the number of processes ({self.world_size}): every rank "
+                f"evaluates a contiguous shard of at least one {what}. Raise {key} to at least "
+                f"{self.world_size} or launch fewer processes (torchrun --nproc_per_node / --nnodes).")
 
     # ------------------------------------------------------------------ devices
     def task_device(self, device: str) -> str | None:
@@ -106,21 +107,21 @@ class Dist:
         if not self.enabled:
             return device
         if device.startswith("cuda:"):
-            raise ValueError(f"device={device} pins every rank to one GPU; set device=cuda (rank i of a node then "
-                             "uses cuda:LOCAL_RANK) or device=auto")
+            raise ValueError(f"device={device} pins every rank to one GPU; set device=cuda (rank i of a node "
+                             "then uses cuda:LOCAL_RANK) or device=auto")
         if device == "cuda":
             count = torch.cuda.device_count() if torch.cuda.is_available() else 0
             if count == 0:
-                raise ValueError(f"device=cuda: this node has no CUDA GPU (process LOCAL_RANK={self.local_rank}); "
-                                 "set device=cpu (or auto)")
+                raise ValueError("device=cuda: this node has no CUDA GPU "
+                                 f"(process LOCAL_RANK={self.local_rank}); set device=cpu (or auto)")
             if self.local_rank >= count:
                 raise ValueError(f"device=cuda: this node has {count} GPU(s) but runs a process with "
                                  f"LOCAL_RANK={self.local_rank}; launch at most {count} processes per node "
                                  f"(torchrun --nproc_per_node={count}) or set device=cpu")
             return f"cuda:{self.local_rank}"
         if device == "cpu" and self.backend == "nccl":
-            raise ValueError("dist.backend=nccl carries CUDA tensors only, but device=cpu; set dist.backend=gloo "
-                             "(or auto) or device=cuda")
+            raise ValueError("dist.backend=nccl carries CUDA tensors only, but device=cpu; "
+                             "set dist.backend=gloo (or auto) or device=cuda")
         return device
 
     def check_task_device(self, device: torch.device) -> None:
@@ -129,12 +130,12 @@ class Dist:
             return
         if device.type == "cuda" and device.index != self.local_rank:
             count = torch.cuda.device_count()
-            raise ValueError(f"rank {self.rank} (LOCAL_RANK={self.local_rank}) would run on {device}, but every "
-                             f"rank needs its own GPU (this node has {count}); launch at most {count} processes "
-                             "per node (torchrun --nproc_per_node) or set device=cpu")
+            raise ValueError(f"rank {self.rank} (LOCAL_RANK={self.local_rank}) would run on {device}, but "
+                             f"every rank needs its own GPU (this node has {count}); launch at most {count} "
+                             "processes per node (torchrun --nproc_per_node) or set device=cpu")
         if device.type != "cuda" and self.backend == "nccl":
-            raise ValueError(f"dist.backend=nccl carries CUDA tensors only, but the task runs on {device}; set "
-                             "dist.backend=gloo (or auto), or device=cuda with a GPU environment backend")
+            raise ValueError(f"dist.backend=nccl carries CUDA tensors only, but the task runs on {device}; "
+                             "set dist.backend=gloo (or auto), or device=cuda with a GPU environment backend")
 
     # ------------------------------------------------------------------ failure handling
     def _collective(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -184,23 +185,27 @@ class Dist:
     def _data(self, t: torch.Tensor) -> torch.Tensor:
         return t.cpu() if self.gloo_only else t
 
-    def gather(self, local: torch.Tensor, n: int, what: str = "gathering the results", per: int = 1) -> torch.Tensor:
-        """The rows of every rank's shard of ``n`` items (``per`` rows an item; this rank's: ``local``), in rank
-        order, on every rank: ``[n * per, ...]``."""
+    def gather(self, local: torch.Tensor, n: int, what: str = "gathering the results",
+               per: int = 1) -> torch.Tensor:
+        """The rows of every rank's shard of ``n`` items (``per`` rows an item; this rank's: ``local``), in
+        rank order, on every rank: ``[n * per, ...]``."""
         if not self.enabled:
             return local
         import torch.distributed as td
 
         start, stop = self.bounds(n)
         if len(local) != (stop - start) * per:
-            raise ValueError(f"gather: this rank holds {len(local)} rows, its shard is {(stop - start) * per}")
-        width = math.ceil(n / self.world_size) * per  # all_gather needs equal sizes: pad shards to the largest
+            raise ValueError(f"gather: this rank holds {len(local)} rows, "
+                             f"its shard is {(stop - start) * per}")
+        # all_gather needs equal sizes: pad shards to the largest
+        width = math.ceil(n / self.world_size) * per
         buf = torch.zeros((width, *local.shape[1:]), dtype=local.dtype, device=local.device)
         buf[: len(local)] = local
         buf = self._data(buf)
         parts = [torch.empty_like(buf) for _ in range(self.world_size)]
         self._collective(what, td.all_gather, parts, buf)
-        rows = [p[: (b - a) * per] for p, (a, b) in zip(parts, (self.bounds(n, r) for r in range(self.world_size)))]
+        rows = [p[: (b - a) * per]
+                for p, (a, b) in zip(parts, (self.bounds(n, r) for r in range(self.world_size)))]
         return torch.cat(rows).to(local.device)
 
     def sum(self, t: torch.Tensor, what: str = "adding up partial results") -> torch.Tensor:
@@ -324,6 +329,6 @@ def init(cfg: dict[str, Any]) -> Dist:
     d.owns_group = True
     with d.agree("checking the distributed configuration"):
         if backend == "nccl" and not cuda:
-            raise ValueError("dist.backend=nccl needs CUDA GPUs, and this node has none; set dist.backend=gloo "
-                             "(or auto)")
+            raise ValueError("dist.backend=nccl needs CUDA GPUs, and this node has none; "
+                             "set dist.backend=gloo (or auto)")
     return d

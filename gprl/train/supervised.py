@@ -10,8 +10,8 @@ that front like the estimators do (``task.model_selection``) and exported as for
 Features may be z-scored (``task.standardize``); that is done in float32 exactly as the exported
 ``model.py`` does it, so the exported predictions reproduce the training ones.
 
-Distributed (:mod:`gprl.train.distributed`): by default every rank scores its contiguous shard of the population
-on the whole dataset and the losses are gathered (bit-identical to one process on the CPU). With
+Distributed (:mod:`gprl.train.distributed`): by default every rank scores its contiguous shard of the
+population on the whole dataset and the losses are gathered (bit-identical to one process on the CPU). With
 ``dist.shard=data`` every rank scores the whole population on its shard of the rows instead (for datasets
 too large for one device) and the per-rank losses are combined as float64 partial sums (:class:`RowShard`):
 close to, but not bit-identical with, a single process.
@@ -38,10 +38,11 @@ from gprl.train.tasks import Task
 
 
 def load_dataset(cfg: dict[str, Any], task: str) -> datasets.SupervisedData:
-    """The ``dataset`` config section as a train/test split (a named benchmark, or ``name: csv`` + ``path``)."""
+    """The ``dataset`` config section as a train/test split (a named benchmark, or ``name: csv`` +
+    ``path``)."""
     if not cfg or not cfg.get("name"):
-        raise ValueError(f"task={'sr' if task == 'regression' else task} needs a dataset: pass dataset=<name> "
-                         "(configs/dataset/, e.g. dataset=koza_quartic or dataset=wine)")
+        raise ValueError(f"task={'sr' if task == 'regression' else task} needs a dataset: "
+                         "pass dataset=<name> (configs/dataset/, e.g. dataset=koza_quartic or dataset=wine)")
     name = cfg["name"]
     test_size, seed = float(cfg.get("test_size", 0.25)), int(cfg.get("seed", 0))
     if name == "csv":
@@ -55,8 +56,8 @@ def load_dataset(cfg: dict[str, Any], task: str) -> datasets.SupervisedData:
         if name.replace(".", "_") not in datasets.names():
             raise ValueError(f"dataset.name: unknown dataset {name!r}; choose one of {datasets.names()} "
                              "or dataset=csv with dataset.path=...")
-        data = datasets.load(name, n_samples=int(cfg.get("n_samples", 10_000)), test_size=test_size, seed=seed,
-                             noise=float(cfg.get("noise", 0.0)))
+        data = datasets.load(name, n_samples=int(cfg.get("n_samples", 10_000)), test_size=test_size,
+                             seed=seed, noise=float(cfg.get("noise", 0.0)))
     if data.task != task:
         other = "sr" if data.task == "regression" else "classification"
         raise ValueError(f"dataset {name!r} is a {data.task} dataset; train it with task={other}")
@@ -110,14 +111,15 @@ class SupervisedTask(Task):
     kind = ""  # "regression" | "classification"
     name = ""  # the task's name in TASKS
 
-    def __init__(self, cfg: dict[str, Any], device: str | torch.device | None = None, dist: Dist | None = None):
+    def __init__(self, cfg: dict[str, Any], device: str | torch.device | None = None,
+                 dist: Dist | None = None):
         task = cfg["task"]
         self.dist = dist or Dist()
         self.shard_rows = self.dist.enabled and (cfg.get("dist") or {}).get("shard", "population") == "data"
         self.data = load_dataset(cfg.get("dataset") or {}, self.kind)
         self.dataset_cfg = dict(cfg.get("dataset") or {})
-        self.device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device in (None, "auto")
-                                   else device)
+        self.device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
+                                   if device in (None, "auto") else device)
         self.parsimony = float(cfg["gp"].get("parsimony") or 0.0)
         self.digits = int(task.get("digits", 4))
         self.model_selection = task.get("model_selection") or "best"
@@ -150,10 +152,12 @@ class SupervisedTask(Task):
         self.dist.check_shardable(len(X), f"the number of {part} rows (dataset)", "row (dist.shard=data)")
         rmse = self.metric == "rmse"
         if rmse and np.ndim(y) > 1 and np.shape(y)[1] > 1:
-            raise ValueError("dist.shard=data with task.metric=rmse needs a single target (the mean of per-target "
-                             "RMSEs does not add up over rows); use task.metric=mse or dist.shard=population")
+            raise ValueError("dist.shard=data with task.metric=rmse needs a single target (the mean of "
+                             "per-target RMSEs does not add up over rows); use task.metric=mse or "
+                             "dist.shard=population")
         a, b = self.dist.bounds(len(X))
-        return RowShard(self._objective(X[a:b], y[a:b], "mse" if rmse else None), self.dist, b - a, len(X), rmse)
+        return RowShard(self._objective(X[a:b], y[a:b], "mse" if rmse else None), self.dist, b - a, len(X),
+                        rmse)
 
     def _train_loss(self, population: Population) -> torch.Tensor:
         if self.shard_rows:  # every tree on this rank's rows, partial sums added up over the ranks
@@ -187,7 +191,8 @@ class SupervisedTask(Task):
         finite = loss[torch.isfinite(loss)]
         metrics: dict[str, Any] = {"best_loss": float(loss[i]),
                                    "mean_loss": float(finite.mean()) if len(finite) else math.inf,
-                                   "best_size": int(best.lengths()[0]), **self._extra_metrics(best, "train", self.train)}
+                                   "best_size": int(best.lengths()[0]),
+                                   **self._extra_metrics(best, "train", self.train)}
         if self.test is not None:
             metrics["test_loss"] = float(self.test(best)[0])
             metrics.update(self._extra_metrics(best, "test", self.test))
@@ -197,7 +202,8 @@ class SupervisedTask(Task):
         return fitness, metrics
 
     def state_dict(self) -> dict[str, Any]:
-        return {"archive_loss": self.archive.loss.cpu().clone(), "archive_trees": population_state(self.archive.trees)}
+        return {"archive_loss": self.archive.loss.cpu().clone(),
+                "archive_trees": population_state(self.archive.trees)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.archive.loss = state["archive_loss"].to(self.device)
@@ -212,7 +218,8 @@ class SupervisedTask(Task):
     def finish(self, population: Population, fitness: torch.Tensor | None, out_dir: str) -> dict[str, Any]:
         lengths, losses, trees = self.archive.front()
         if len(trees) == 0:
-            raise RuntimeError("no generation was evaluated (or every tree had a non-finite loss): nothing to export")
+            raise RuntimeError("no generation was evaluated (or every tree had a non-finite loss): "
+                               "nothing to export")
         complexity, train_loss = lengths.cpu().numpy(), losses.cpu().numpy().astype(np.float64)
         chosen = select_model(complexity, train_loss, self.model_selection)
         test_loss = (self.test(trees).cpu().numpy().astype(np.float64) if self.test is not None
@@ -222,8 +229,8 @@ class SupervisedTask(Task):
         names = self.obs_names
         front = [{"complexity": int(c), "loss": float(tl), "test_loss": float(te), "score": float(s),
                   "selected": int(k == chosen),
-                  "equation": front_equation(cpu[k], self.mean, self.std, names, self.digits) if self.dist.is_main
-                  else ""}
+                  "equation": front_equation(cpu[k], self.mean, self.std, names, self.digits)
+                  if self.dist.is_main else ""}
                  for k, (c, tl, te, s) in enumerate(zip(complexity, train_loss, test_loss, score))]
         tree = cpu[chosen]
         results = {"train_loss": float(train_loss[chosen]), "tree_length": int(complexity[chosen])}
@@ -232,16 +239,18 @@ class SupervisedTask(Task):
             results["test_loss"] = float(test_loss[chosen])
             results.update(self._extra_metrics(trees[chosen], "test", self.test))
         if not self.dist.is_main:  # every rank took part in the losses above; rank 0 writes the files
-            return {"files": {}, "formulas": {}, "dataset": self.data.name, "front_size": len(front), **results}
+            return {"files": {}, "formulas": {}, "dataset": self.data.name, "front_size": len(front),
+                    **results}
         meta = {"dataset": self.data.name, "task": self.name, "metric": self.train.metric,
                 "model_selection": self.model_selection, "n_train": len(self.data.X_train),
                 "n_test": len(self.data.X_test), "dataset_config": self.dataset_cfg,
                 "ground_truth": self.data.formula, **results}
-        files = export_model(out_dir, tree, self.mean.tolist(), self.std.tolist(), names, self._output_names(),
-                             self.kind, self._classes(), meta, front, self.digits)
+        files = export_model(out_dir, tree, self.mean.tolist(), self.std.tolist(), names,
+                             self._output_names(), self.kind, self._classes(), meta, front, self.digits)
         with open(files["json"]) as f:
             formulas = json.load(f)["formulas"]
-        return {"files": files, "formulas": formulas, "dataset": self.data.name, "front_size": len(front), **results}
+        return {"files": files, "formulas": formulas, "dataset": self.data.name, "front_size": len(front),
+                **results}
 
 
 class SRTask(SupervisedTask):
@@ -252,7 +261,8 @@ class SRTask(SupervisedTask):
     def _objective(self, X: np.ndarray, y: np.ndarray, metric: str | None = None) -> RegressionObjective:
         return RegressionObjective(X, y, metric=metric or self.metric, device=self.device)
 
-    def __init__(self, cfg: dict[str, Any], device: str | torch.device | None = None, dist: Dist | None = None):
+    def __init__(self, cfg: dict[str, Any], device: str | torch.device | None = None,
+                 dist: Dist | None = None):
         self.metric = cfg["task"].get("metric") or "mse"
         if self.metric not in METRICS:
             raise ValueError(f"task.metric must be one of {list(METRICS)} for task=sr, got {self.metric!r}")
@@ -273,15 +283,17 @@ class SRTask(SupervisedTask):
 
 class ClassificationTask(SupervisedTask):
     """Classification: softmax (sigmoid for two classes) cross-entropy of one tree output per class, as
-    :class:`gprl.SymbolicClassifier` (``task.metric``: cross_entropy | accuracy, the latter as an error rate)."""
+    :class:`gprl.SymbolicClassifier` (``task.metric``: cross_entropy | accuracy, the latter as an error
+    rate)."""
 
     kind, name = "classification", "classification"
 
-    def __init__(self, cfg: dict[str, Any], device: str | torch.device | None = None, dist: Dist | None = None):
+    def __init__(self, cfg: dict[str, Any], device: str | torch.device | None = None,
+                 dist: Dist | None = None):
         self.metric = cfg["task"].get("metric") or "cross_entropy"
         if self.metric not in CLASSIFICATION_METRICS:
-            raise ValueError(f"task.metric must be one of {list(CLASSIFICATION_METRICS)} for task=classification, "
-                             f"got {self.metric!r}")
+            raise ValueError(f"task.metric must be one of {list(CLASSIFICATION_METRICS)} "
+                             f"for task=classification, got {self.metric!r}")
         super().__init__(cfg, device, dist)
 
     def _objective(self, X: np.ndarray, y: np.ndarray, metric: str | None = None) -> ClassificationObjective:

@@ -42,9 +42,10 @@ class Task(abc.ABC):
     def from_config(cls, cfg: dict[str, Any], device: str | None, dist: Dist | None = None) -> Task:
         """The task from the whole (plain) training configuration; ``device`` None: the task's choice.
 
-        ``dist`` (:mod:`gprl.train.distributed`): this process's rank in a distributed run. Every rank builds the
-        task and calls ``evaluate`` and ``finish`` with the full population; the task evaluates its share and
-        gathers the results, so every rank returns the same fitness and metrics. Only rank 0 writes files."""
+        ``dist`` (:mod:`gprl.train.distributed`): this process's rank in a distributed run. Every rank builds
+        the task and calls ``evaluate`` and ``finish`` with the full population; the task evaluates its share
+        and gathers the results, so every rank returns the same fitness and metrics. Only rank 0 writes
+        files."""
 
     @abc.abstractmethod
     def fingerprint(self) -> dict[str, Any]:
@@ -70,7 +71,8 @@ class Task(abc.ABC):
 
 
 def episode_length_at(generation: int, start: int, final: int, ramp_generations: int) -> int:
-    """Linear schedule of the training episode length: ``start`` at generation 0, ``final`` from the ramp's end."""
+    """Linear schedule of the training episode length: ``start`` at generation 0, ``final`` from the ramp's
+    end."""
     if ramp_generations <= 0 or start >= final:
         return final
     return min(final, int(start + (final - start) * generation / ramp_generations))
@@ -100,13 +102,14 @@ class PolicyTask(Task):
             raise ValueError(f"env.episodes must be >= 1 (episodes per individual), got {self.episodes}")
         self.dist = dist or Dist()
         if self.dist.enabled and backend == "genesis":
-            raise ValueError("env.backend=genesis cannot be split across processes (it draws the reset noise of "
-                             "the whole batch from one generator); run it in a single process")
+            raise ValueError("env.backend=genesis cannot be split across processes (it draws the reset noise "
+                             "of the whole batch from one generator); run it in a single process")
         self.shard = self.dist.bounds(pop_size)  # the individuals this rank evaluates
         self.total_envs = pop_size * self.episodes
         kwargs = dict(env_cfg.get("kwargs") or {})
         self.env = envs.make(name, backend=backend, num_envs=(self.shard[1] - self.shard[0]) * self.episodes,
-                             device=device, seed=int(seed), episode_length=env_cfg.get("episode_length"), **kwargs)
+                             device=device, seed=int(seed), episode_length=env_cfg.get("episode_length"),
+                             **kwargs)
         self.name, self.backend, self.seed, self.pop_size = name, self.env.backend, int(seed), pop_size
         self.device = self.env.device
         self.final_length = int(self.env.episode_length)
@@ -118,12 +121,15 @@ class PolicyTask(Task):
         self.n_out = self.env.num_actions if self.env.discrete else self.env.act_dim
         self.obs_names = self.env.obs_names
         self.action_names = self.env.action_names
-        self.normalizer = ObsNormalizer(self.n_in, self.device, enabled=bool(env_cfg.get("normalize_obs", True)))
+        self.normalizer = ObsNormalizer(self.n_in, self.device,
+                                        enabled=bool(env_cfg.get("normalize_obs", True)))
         self.parsimony, self.hof_size, self.digits = float(parsimony), int(hall_of_fame), int(digits)
         if hall_of_fame < 1:
-            raise ValueError(f"task.hall_of_fame must be >= 1 (candidates validated at the end), got {hall_of_fame}")
+            raise ValueError("task.hall_of_fame must be >= 1 (candidates validated at the end), "
+                             f"got {hall_of_fame}")
         if validation_episodes is not None and validation_episodes < 0:
-            raise ValueError(f"task.validation_episodes must be >= 0 (0: fill the training batch), got {validation_episodes}")
+            raise ValueError("task.validation_episodes must be >= 0 (0: fill the training batch), "
+                             f"got {validation_episodes}")
         self.validation_episodes = validation_episodes
         self.env_kwargs = kwargs
         self.hof: list[dict[str, Any]] = []  # best per generation: tree state, mean, std, fitness, generation
@@ -132,8 +138,8 @@ class PolicyTask(Task):
     def from_config(cls, cfg: dict[str, Any], device: str | None, dist: Dist | None = None) -> PolicyTask:
         gp, task = cfg["gp"], cfg["task"]
         if (cfg.get("dist") or {}).get("shard", "population") != "population":
-            raise ValueError("dist.shard=data applies to task=sr|classification; policies shard the population "
-                             "(dist.shard=population)")
+            raise ValueError("dist.shard=data applies to task=sr|classification; policies shard the "
+                             "population (dist.shard=population)")
         return cls(cfg["env"], pop_size=int(gp["population_size"]), seed=int(cfg["seed"]), device=device,
                    parsimony=float(gp.get("parsimony") or 0.0), hall_of_fame=int(task.get("hall_of_fame", 8)),
                    validation_episodes=task.get("validation_episodes"), digits=int(task.get("digits", 4)),
@@ -153,7 +159,8 @@ class PolicyTask(Task):
         (a, b), P, E, dist = self.shard, len(population), self.episodes, self.dist
         with dist.agree("evaluating the population"):
             ev = evaluate_policies(population[a:b], self.env, self.action_map, mean, std, E, length,
-                                   seed=self._seed(generation, 7) + a * E, collect_stats=self.normalizer.enabled)
+                                   seed=self._seed(generation, 7) + a * E,
+                                   collect_stats=self.normalizer.enabled)
         if ev.obs_stats is not None:
             self.normalizer.merge_envs(*(dist.gather(x, P, "gathering observation statistics", per=E)
                                          for x in ev.obs_stats))
@@ -211,15 +218,16 @@ class PolicyTask(Task):
                 trees = Population.cat([population_from_state(h["tree"], "cpu") for h in self.hof])[index]
                 mean = torch.stack([h["mean"] for h in self.hof])[index].to(self.device)
                 std = torch.stack([h["std"] for h in self.hof])[index].to(self.device)
-                ev = evaluate_policies(trees.to(self.device), env, self.action_map, mean, std, 1, self.final_length,
-                                       seed=seed + a)
+                ev = evaluate_policies(trees.to(self.device), env, self.action_map, mean, std, 1,
+                                       self.final_length, seed=seed + a)
                 if not reuse:
                     env.close()
                 returns = ev.returns.cpu()
         returns = dist.gather(returns, n, "gathering the validation returns", per=per)
         rows = [{"generation": h["generation"], "train_return": h["fitness"],
                  "validation_return": float(returns[starts[k]:starts[k] + sizes[k]].mean()),
-                 "validation_seed": seed + starts[k], "validation_episodes": sizes[k]} for k, h in enumerate(self.hof)]
+                 "validation_seed": seed + starts[k], "validation_episodes": sizes[k]}
+                for k, h in enumerate(self.hof)]
         best = int(np.nanargmax([r["validation_return"] for r in rows]))
         return best, rows
 

@@ -15,18 +15,21 @@ MODES = ("online", "offline", "disabled")
 
 
 def banner(cfg: dict[str, Any], device: str, run_dir: str, resumed_at: int | None = None) -> str:
-    """Two lines saying what the run is about to do (task, backend, device, sizes, budget, where it writes)."""
+    """Two lines saying what the run is about to do (task, backend, device, sizes, budget, where it
+    writes)."""
     gp, task = cfg["gp"], cfg["task"]["name"]
     if task == "policy":
         env = cfg["env"]
         sched, n = env.get("episode_schedule") or {}, env.get("episodes", 1)
         length = (f"episode length {sched['start']} -> {env['episode_length']} steps over "
-                  f"{sched['ramp_generations']} generations" if sched else f"episode length {env['episode_length']}")
+                  f"{sched['ramp_generations']} generations" if sched
+                  else f"episode length {env['episode_length']}")
         what = (f"task policy ({env['name']}), backend {env['backend']} on {device}, population "
                 f"{gp['population_size']}, {n} episode{'s' if n != 1 else ''} per tree, {length}")
     else:
         data = cfg.get("dataset") or {}
-        what = f"task {task} ({data.get('name') or data.get('path')}) on {device}, population {gp['population_size']}"
+        what = (f"task {task} ({data.get('name') or data.get('path')}) on {device}, "
+                f"population {gp['population_size']}")
     stops = [f"{gp['generations']} generations" if gp.get("generations") else "",
              f"{gp['time_limit']:g} s" if gp.get("time_limit") else ""]
     start = f", resuming at generation {resumed_at}" if resumed_at is not None else ""
@@ -35,7 +38,8 @@ def banner(cfg: dict[str, Any], device: str, run_dir: str, resumed_at: int | Non
             f"W&B {(cfg.get('wandb') or {}).get('mode', 'offline')}")
 
 
-def plot_curve(rows: Sequence[dict[str, Any]], path: str, score: str = "return", title: str = "") -> str | None:
+def plot_curve(rows: Sequence[dict[str, Any]], path: str, score: str = "return",
+               title: str = "") -> str | None:
     """Best and mean score per generation against wall-clock seconds, as a PNG; None without rows."""
     points = [(r["elapsed_s"], r.get(f"best_{score}"), r.get(f"mean_{score}"), r.get("best_so_far"))
               for r in rows if "elapsed_s" in r]
@@ -49,7 +53,8 @@ def plot_curve(rows: Sequence[dict[str, Any]], path: str, score: str = "return",
     t = [p[0] for p in points]
 
     def finite(i: int) -> list[float]:
-        return [v if isinstance(v, (int, float)) and math.isfinite(v) else math.nan for v in (p[i] for p in points)]
+        return [v if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
+                for v in (p[i] for p in points)]
 
     fig, ax = plt.subplots(figsize=(6.4, 4), dpi=100)
     ax.plot(t, finite(1), label=f"best {score}", marker="." if len(t) < 30 else None)
@@ -82,12 +87,13 @@ class Tracker:
         try:
             import wandb
         except ImportError as err:
-            raise ImportError('W&B tracking needs wandb: pip install -e ".[train]" (or set wandb.mode=disabled)') \
-                from err
+            raise ImportError('W&B tracking needs wandb: pip install -e ".[train]" '
+                              "(or set wandb.mode=disabled)") from err
         self._wandb = wandb
         os.makedirs(directory, exist_ok=True)
         self.run = wandb.init(mode=mode, project=project, entity=entity, group=group, tags=list(tags or []),
-                              name=name, config=config, dir=directory, id=run_id, resume="allow" if run_id else None,
+                              name=name, config=config, dir=directory, id=run_id,
+                              resume="allow" if run_id else None,
                               settings=wandb.Settings(silent=True, console="off"))
 
     @property
@@ -109,7 +115,8 @@ class Tracker:
         text = "\n".join(f"{k} = {v}" for k, v in formulas.items())
         cols = ["generation", *extra, *formulas]
         table = self._wandb.Table(columns=cols, data=[[step, *extra.values(), *formulas.values()]])
-        self.run.log({"best_formula": self._wandb.Html(f"<pre>{text}</pre>"), "best_formula_table": table}, step=step)
+        self.run.log({"best_formula": self._wandb.Html(f"<pre>{text}</pre>"), "best_formula_table": table},
+                     step=step)
         self.run.summary["best_formula"] = text
 
     def log_artifact(self, name: str, kind: str, paths: Sequence[str]) -> None:

@@ -1,13 +1,14 @@
 """The training loop behind ``train.py``: config → task → generations → checkpoints, metrics, export, W&B.
 
-The loop is task-agnostic (:mod:`gprl.train.tasks`): per generation it evaluates the population (one batched call),
-logs a JSON line and a progress bar, varies the population, and every ``checkpoint_every`` generations writes
-a checkpoint atomically. Everything random derives from ``seed`` and the generation number, so a run killed
-and resumed (``resume=<run dir>``) ends bit-identical to an uninterrupted one on the CPU.
+The loop is task-agnostic (:mod:`gprl.train.tasks`): per generation it evaluates the population (one batched
+call), logs a JSON line and a progress bar, varies the population, and every ``checkpoint_every`` generations
+writes a checkpoint atomically. Everything random derives from ``seed`` and the generation number, so a run
+killed and resumed (``resume=<run dir>``) ends bit-identical to an uninterrupted one on the CPU.
 
-Under ``torchrun`` (:mod:`gprl.train.distributed`) every rank runs this loop: the task evaluates the rank's shard and
-gathers the results, rank 0 alone varies the population (broadcast to all ranks) and alone writes the run
-directory, logs, W&B, checkpoints and exports. Checkpoints hold the full state, whatever the number of ranks.
+Under ``torchrun`` (:mod:`gprl.train.distributed`) every rank runs this loop: the task evaluates the rank's
+shard and gathers the results, rank 0 alone varies the population (broadcast to all ranks) and alone writes
+the run directory, logs, W&B, checkpoints and exports. Checkpoints hold the full state, whatever the number
+of ranks.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ from gprl.train.checkpoint import (
 from gprl.train.tasks import Task, task_class
 from gprl.train.tracking import Tracker, banner, plot_curve
 
-TIMING_KEYS = ("elapsed_s", "generation_s", "env_steps_per_s")  # the only fields that differ between equal runs
+# the only fields that differ between equal runs
+TIMING_KEYS = ("elapsed_s", "generation_s", "env_steps_per_s")
 
 
 def _plain(cfg) -> dict[str, Any]:
@@ -57,7 +59,8 @@ def _plain(cfg) -> dict[str, Any]:
 def resolve_backend(env_cfg: dict[str, Any]) -> str:
     backend = env_cfg.get("backend", "auto")
     if backend not in ("auto", *envs.BACKENDS):
-        raise ValueError(f"env.backend: unknown backend {backend!r}; choose one of {['auto', *envs.BACKENDS]}")
+        raise ValueError(f"env.backend: unknown backend {backend!r}; "
+                         f"choose one of {['auto', *envs.BACKENDS]}")
     return envs.auto_backend(env_cfg["name"]) if backend == "auto" else backend
 
 
@@ -244,7 +247,8 @@ def _run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
         changes: dict[str, dict[str, Any]] = {}
         if state is not None:  # the same checks on every rank
             check_fingerprint(state["fingerprint"], fingerprint, run_dir)
-            changes = check_config(state.get("config"), search, run_dir, bool(cfg.get("resume_allow_changes")))
+            changes = check_config(state.get("config"), search, run_dir,
+                                   bool(cfg.get("resume_allow_changes")))
         with dist.agree("writing the run directory"):
             if main:
                 run_dir.mkdir(parents=True, exist_ok=True)
@@ -256,10 +260,13 @@ def _run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
                 OmegaConf.save(OmegaConf.create({**cfg, "resume_changes": changes} if changes else cfg),
                                run_dir / name)
                 if changes:
-                    print("gprl: resume: continuing with changed search settings (resume_allow_changes=true): "
-                          + ", ".join(f"{k} (run {c['run']!r}, now {c['now']!r})" for k, c in changes.items()),
+                    print("gprl: resume: continuing with changed search settings "
+                          "(resume_allow_changes=true): "
+                          + ", ".join(f"{k} (run {c['run']!r}, now {c['now']!r})"
+                                      for k, c in changes.items()),
                           file=sys.stderr, flush=True)
-                print(banner(cfg, str(task.device), str(run_dir), None if state is None else int(state["generation"])),
+                print(banner(cfg, str(task.device), str(run_dir),
+                             None if state is None else int(state["generation"])),
                       flush=True)
     except BaseException:
         if task is not None:
@@ -308,8 +315,10 @@ def _run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
             return None
         return {"generation": generation, "fingerprint": fingerprint, "config": search,
                 "resume_changes": resume_changes,
-                "population": {k: v.clone() if torch.is_tensor(v) else v for k, v in population_state(pop).items()},
-                "archive_loss": gp.archive.loss.cpu().clone(), "archive_trees": population_state(gp.archive.trees),
+                "population": {k: v.clone() if torch.is_tensor(v) else v
+                               for k, v in population_state(pop).items()},
+                "archive_loss": gp.archive.loss.cpu().clone(),
+                "archive_trees": population_state(gp.archive.trees),
                 "task": task.state_dict(), "elapsed": elapsed0 + time.perf_counter() - t0,
                 "total_env_steps": total_steps, "best_so_far": best_so_far, "wandb_id": tracker.run_id}
 
@@ -352,23 +361,26 @@ def _run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
                     stop = "generations"
                 elif time_limit is not None and elapsed >= time_limit:
                     stop = "time_limit"
-                elif target is not None and (best_so_far >= target if task.maximize else best_so_far <= target):
+                elif target is not None and (best_so_far >= target if task.maximize
+                                             else best_so_far <= target):
                     stop = "target_return"
                 stop = dist.broadcast_object(stop, "agreeing on the stopping rule")  # rank 0's clock decides
                 new = None
                 with dist.agree("logging and varying the population"):
                     if main:
                         row = {"generation": g, **m, "best_so_far": best_so_far,
-                               "mean_size": float(pop.lengths().float().mean()), "total_env_steps": total_steps,
-                               "env_steps_per_s": steps / max(dt, 1e-9), "generation_s": dt, "elapsed_s": elapsed}
+                               "mean_size": float(pop.lengths().float().mean()),
+                               "total_env_steps": total_steps, "env_steps_per_s": steps / max(dt, 1e-9),
+                               "generation_s": dt, "elapsed_s": elapsed}
                         mf.write(json.dumps(row) + "\n")
                         mf.flush()
                         tracker.log(row, step=g)
                         if bar is not None:
                             name = task.score_name
-                            bar.set_postfix(best=f"{m.get(best_key, 0):.4g}", mean=f"{m.get(f'mean_{name}', 0):.4g}",
-                                            size=f"{row['mean_size']:.1f}", sps=f"{row['env_steps_per_s']:.0f}",
-                                            t=f"{elapsed:.0f}s")
+                            bar.set_postfix(best=f"{m.get(best_key, 0):.4g}",
+                                            mean=f"{m.get(f'mean_{name}', 0):.4g}",
+                                            size=f"{row['mean_size']:.1f}",
+                                            sps=f"{row['env_steps_per_s']:.0f}", t=f"{elapsed:.0f}s")
                             bar.update(1)
                         new = gp.step(pop, fitness)
                 pop = share(new)
