@@ -1,4 +1,5 @@
-"""Evolve an interpretable policy: ``python train.py env=hopper`` (Hydra app; see configs/ and gprl.train.trainer).
+"""Evolve an interpretable policy: ``python train.py env=hopper``
+(Hydra app; see configs/ and gprl.train.trainer).
 
 Several processes, one search: ``torchrun --nproc_per_node=K train.py ...`` (gprl.train.distributed)."""
 
@@ -18,17 +19,17 @@ register()  # typed schema: Hydra rejects wrong override types
 
 
 def _no_output_for_other_ranks() -> None:
-    """Under torchrun only rank 0 owns the run directory: the other ranks' Hydra writes nothing (no .hydra/, no
-    log file) and its output folder is one shared empty scratch folder, so no rank leaves folders behind (not
-    even one that is killed)."""
+    """Under torchrun only rank 0 owns the run directory: the other ranks' Hydra writes nothing (no .hydra/,
+    no log file) and its output folder is one shared empty scratch folder, so no rank leaves folders behind
+    (not even one that is killed)."""
     rank = os.environ.get("RANK", "0")
     if rank in ("", "0") or int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
         return
     scratch = os.path.join(tempfile.gettempdir(), "gprl-rank-scratch")
     keep = [a for a in sys.argv[1:] if not a.lstrip("+").startswith(
         ("hydra.run.dir=", "hydra.sweep.dir=", "hydra.output_subdir=", "hydra/job_logging="))]
-    sys.argv[1:] = [*keep, f"hydra.run.dir={scratch}", f"hydra.sweep.dir={scratch}", "hydra.output_subdir=null",
-                    "hydra/job_logging=none"]
+    sys.argv[1:] = [*keep, f"hydra.run.dir={scratch}", f"hydra.sweep.dir={scratch}",
+                    "hydra.output_subdir=null", "hydra/job_logging=none"]
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="config")

@@ -8,7 +8,8 @@ Backends (each an optional pip extra, imported only when used):
 
 * ``gymnasium``: any registered Gymnasium id through its vector API (``pip install -e ".[gymnasium]"``)
 * ``mujoco``: native batched MuJoCo, the Gymnasium v5 tasks bit for bit (``pip install -e ".[mujoco]"``)
-* ``brax``: Brax and MuJoCo Playground on JAX (GPU), tensors shared through DLPack (``pip install -e ".[brax]"``)
+* ``brax``: Brax and MuJoCo Playground on JAX (GPU), tensors shared through DLPack
+  (``pip install -e ".[brax]"``)
 * ``genesis``: Genesis scenes, torch tensors on the device (``pip install -e ".[genesis]"``)
 
 Task names shared by the backends: :data:`SHARED_TASKS`; any id a backend knows is accepted too.

@@ -14,7 +14,8 @@ def require(module: str, extra: str) -> ModuleType:
     except ImportError as exc:
         raise ImportError(
             f"the {extra!r} environment backend needs the Python package {module.split('.')[0]!r}, which is "
-            f'not installed ({exc}). Install it with: pip install -e ".[{extra}]" (or pip install "gprl[{extra}]")'
+            f'not installed ({exc}). Install it with: pip install -e ".[{extra}]" '
+            f'(or pip install "gprl[{extra}]")'
         ) from exc
 
 

@@ -10,16 +10,18 @@ Episode bookkeeping is the same for every backend and lives here, so that evalua
 * There is **no automatic reset**. An episode that has ended stays ended until the next ``reset()``: its
   ``terminated``/``truncated`` flags stay True and its reward is 0 on every later step. Its observation is
   whatever the simulator holds (it may keep being stepped, harmlessly); do not use it.
-* ``truncated`` is the time limit (``episode_length`` steps after ``reset``) for episodes not already terminated.
-* Actions are validated (a ``TypeError``/``ValueError`` that names ``action``), non-finite entries are replaced
-  (NaN → 0, ±inf → the bound) and continuous actions are clipped to ``[action_low, action_high]``, so raw tree
-  outputs are always safe. Discrete environments take the argmax over ``num_actions`` outputs (or integer
-  indices of shape ``[N]``).
+* ``truncated`` is the time limit (``episode_length`` steps after ``reset``) for episodes not already
+  terminated.
+* Actions are validated (a ``TypeError``/``ValueError`` that names ``action``), non-finite entries are
+  replaced (NaN → 0, ±inf → the bound) and continuous actions are clipped to ``[action_low, action_high]``, so
+  raw tree outputs are always safe. Discrete environments take the argmax over ``num_actions`` outputs (or
+  integer indices of shape ``[N]``).
 
 Seeding follows Gymnasium's vector convention on every backend but Genesis: ``reset(seed)`` starts environment
 ``i`` from the seed ``seed + i``. So environments ``[a, b)`` of a batch are reproduced exactly by a batch of
-``b - a`` environments reset with ``seed + a``: how a distributed run (:mod:`gprl.train.distributed`) gives each
-process a shard of the batch without changing any episode. (Genesis draws the batch's noise from one generator.)
+``b - a`` environments reset with ``seed + a``: how a distributed run (:mod:`gprl.train.distributed`) gives
+each process a shard of the batch without changing any episode. (Genesis draws the batch's noise from one
+generator.)
 
 The tensors a step returns are the caller's: a later step never rewrites them.
 
@@ -43,8 +45,8 @@ StepResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 def canonical_device(device: torch.device | str) -> torch.device:
     """The device as tensors on it report it: "cuda" -> "cuda:<current>" (the action checks compare devices).
 
-    Unlike ``gprl.core.devices.canonical_device`` it allocates nothing, so a device no simulator supports still
-    reaches the backend's own error message."""
+    Unlike ``gprl.core.devices.canonical_device`` it allocates nothing, so a device no simulator supports
+    still reaches the backend's own error message."""
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
@@ -61,14 +63,16 @@ def episode_rules(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One step of the masking rules of the module docstring, as element-wise ops (no host sync).
 
-    Takes the flags before the step, the simulator's reward and termination, its own time limit (``truncated``,
-    None without one) and whether the episode length is reached (``time_up``: a bool, or a bool tensor when the
-    step counter lives on the device); returns the masked reward and the flags after the step.
+    Takes the flags before the step, the simulator's reward and termination, its own time limit
+    (``truncated``, None without one) and whether the episode length is reached (``time_up``: a bool, or a
+    bool tensor when the step counter lives on the device); returns the masked reward and the flags after the
+    step.
     """
     was_done = terminated_before | truncated_before
     reward = torch.where(was_done, 0.0, reward)
     terminated = terminated_before | (terminated & ~was_done)
-    truncated = truncated_before if truncated is None else truncated_before | (truncated & ~was_done & ~terminated)
+    truncated = (truncated_before if truncated is None
+                 else truncated_before | (truncated & ~was_done & ~terminated))
     if isinstance(time_up, torch.Tensor):
         truncated = truncated | (time_up & ~terminated)
     elif time_up:

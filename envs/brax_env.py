@@ -1,24 +1,24 @@
 """Brax and MuJoCo Playground environments on JAX, with tensors crossing to torch through DLPack.
 
-``jit(vmap(reset))`` and ``jit(vmap(step))`` run the whole batch; observations, rewards and done flags come back
-as torch views of JAX's own buffers (``torch.from_dlpack``, no copy) and actions go in the same way
+``jit(vmap(reset))`` and ``jit(vmap(step))`` run the whole batch; observations, rewards and done flags come
+back as torch views of JAX's own buffers (``torch.from_dlpack``, no copy) and actions go in the same way
 (jaxlib's own DLPack import: see :func:`_dlpack_importer`). Nothing syncs with the host per step: the
 exchange orders the two libraries' GPU streams on the device.
 
 On a GPU the jitted functions are compiled with every run of consecutive kernels as a CUDA graph (XLA's
-command buffers, which by default only take runs of 5 or more: ``cuda_graphs=True``, :data:`CUDA_GRAPH_OPTIONS`).
-A Brax step's while loops hold short runs, so with JAX's defaults XLA launches a hopper step's ~750 kernels one
-at a time from the host: the host sets the pace (a step's dispatch returns when the GPU is nearly done) and
-every microsecond of host work around a step, ours or the caller's, adds to it. As graphs the step is queued
-in about half its time and host work overlaps it.
+command buffers, which by default only take runs of 5 or more: ``cuda_graphs=True``,
+:data:`CUDA_GRAPH_OPTIONS`). A Brax step's while loops hold short runs, so with JAX's defaults XLA launches a
+hopper step's ~750 kernels one at a time from the host: the host sets the pace (a step's dispatch returns when
+the GPU is nearly done) and every microsecond of host work around a step, ours or the caller's, adds to it. As
+graphs the step is queued in about half its time and host work overlaps it.
 
 There is no auto-reset wrapper, so an ended episode is never reset into its start state during an evaluation;
 the base class masks it (see :mod:`.base`). Observations returned by ``step`` are JAX's buffers: read them,
 never write into them.
 
 Names: Brax's own environments (``brax.envs``; pick its physics with ``pipeline="generalized" | "positional" |
-"spring" | "mjx"``) and MuJoCo Playground's DM Control Suite tasks (``"CartpoleBalance"``, ``"CheetahRun"``, ...,
-run with MJX's JAX implementation), whose XMLs ship in the ``playground`` wheel.
+"spring" | "mjx"``) and MuJoCo Playground's DM Control Suite tasks (``"CartpoleBalance"``, ``"CheetahRun"``,
+..., run with MJX's JAX implementation), whose XMLs ship in the ``playground`` wheel.
 """
 
 from __future__ import annotations
@@ -163,8 +163,8 @@ def _dlpack_importer(jax: Any, jax_device: Any, device: torch.device) -> Callabl
             and (ours.aval, ours.sharding, ours.committed) == (public.aval, public.sharding, public.committed)
             and np.array_equal(np.asarray(ours), probe.cpu().numpy())
         )
-    except (ImportError, AttributeError, TypeError, ValueError, RuntimeError):  # a jaxlib without it, or changed
-        return None
+    except (ImportError, AttributeError, TypeError, ValueError, RuntimeError):
+        return None  # a jaxlib without it, or changed
     return importer if same else None
 
 
@@ -201,7 +201,8 @@ class BraxEnv(VecEnv):
         self.jax_device = _jax_device(jax, device)
         self._import = _dlpack_importer(jax, self.jax_device, device)
         # compile options of every jitted function here (None: JAX's defaults, and XLA_FLAGS)
-        self.compiler_options = CUDA_GRAPH_OPTIONS if cuda_graphs and self.jax_device.platform == "gpu" else None
+        self.compiler_options = (CUDA_GRAPH_OPTIONS if cuda_graphs and self.jax_device.platform == "gpu"
+                                 else None)
 
         if name in brax_envs._envs:
             pipeline = pipeline or "generalized"
@@ -226,7 +227,8 @@ class BraxEnv(VecEnv):
         act_dim = int(self.env.action_size)
         low, high = torch.full((act_dim,), -1.0), torch.full((act_dim,), 1.0)
         if ctrl is not None and len(ctrl) == act_dim:
-            ctrl_t = torch.from_numpy(np.array(ctrl, dtype=np.float32))  # a copy: JAX/MuJoCo arrays are read-only
+            # a copy: JAX/MuJoCo arrays are read-only
+            ctrl_t = torch.from_numpy(np.array(ctrl, dtype=np.float32))
             low, high = ctrl_t[:, 0], ctrl_t[:, 1]
         obs_size = self.env.observation_size
         if not isinstance(obs_size, int):
@@ -254,7 +256,8 @@ class BraxEnv(VecEnv):
             action_high=high,
         )
         self._fused_fn = self._make_fused_step(low.numpy(), high.numpy())
-        with jax.default_device(self.jax_device):  # the time-limit flag, on the device once (no per-step copy)
+        # the time-limit flag, on the device once (no per-step copy)
+        with jax.default_device(self.jax_device):
             self._at_limit = {b: jax.device_put(np.bool_(b), self.jax_device) for b in (False, True)}
         # (terminated, truncated) as JAX arrays and the torch views of them made from them at the last step
         self._flags_jax: tuple[Any, Any, torch.Tensor, torch.Tensor] | None = None
@@ -281,8 +284,8 @@ class BraxEnv(VecEnv):
             # Brax's done is 1 - healthy (or NaN detection in Playground): the task's termination
             term = term | ((state.done > 0.5) & ~was_done)
             trunc = trunc | (at_limit & ~term)
-            # reward's bytes and both flags in one uint8 buffer: one DLPack export instead of three (each costs
-            # the host ~0.1 ms, and a Brax step holds the host, so the adapter's host time adds to every step)
+            # reward's bytes and both flags in one uint8 buffer: one DLPack export instead of three (each
+            # costs host time, and a Brax step holds the host, so the adapter's host time adds to every step)
             packed = jnp.concatenate([jax.lax.bitcast_convert_type(reward, jnp.uint8).reshape(-1),
                                       term.astype(jnp.uint8), trunc.astype(jnp.uint8)])
             return state, term, trunc, packed  # obs: state.obs itself (a second output would be a copy)
@@ -295,7 +298,8 @@ class BraxEnv(VecEnv):
         self._flags_jax = None  # made from the torch flags at the next fused step
 
     def step(self, action: torch.Tensor) -> StepResult:
-        """:meth:`VecEnv.step` fused into one jitted call: validation on the host, everything else on the device.
+        """:meth:`VecEnv.step` fused into one jitted call:
+        validation on the host, everything else on the device.
 
         Per step: one DLPack import (the action), one dispatch, two DLPack exports (the observation, and the
         reward and flags packed in one buffer that torch views as float32 and bool); no torch kernels and no
@@ -327,8 +331,8 @@ class BraxEnv(VecEnv):
 
     # --- DLPack in both directions, no copies
     def _torch_stream(self) -> int | None:
-        """The DLPack stream argument for exports to torch: torch's current stream on a GPU (its legacy default
-        stream passed as 1, as torch.from_dlpack does: 0 is not valid DLPack), None on the CPU."""
+        """The DLPack stream argument for exports to torch: torch's current stream on a GPU (its legacy
+        default stream passed as 1, as torch.from_dlpack does: 0 is not valid DLPack), None on the CPU."""
         return (torch.cuda.current_stream().cuda_stream or 1) if self.jax_device.platform == "gpu" else None
 
     @staticmethod
@@ -341,7 +345,8 @@ class BraxEnv(VecEnv):
         return torch.utils.dlpack.from_dlpack(x.__dlpack__(stream=stream))
 
     def to_jax(self, t: torch.Tensor) -> Any:
-        """A JAX view of torch tensor ``t`` (made contiguous first), ready after torch's pending work on it."""
+        """A JAX view of torch tensor ``t`` (made contiguous first),
+        ready after torch's pending work on it."""
         t = t.contiguous()
         return self._jax.dlpack.from_dlpack(t) if self._import is None else self._import(t)
 
@@ -354,11 +359,12 @@ class BraxEnv(VecEnv):
         with jax.default_device(self.jax_device):
             if seed is not None or self._keys is None:
                 # environment i from its own key PRNGKey(seed + i) (the protocol's seed + i rule): a batch of
-                # environments [a, b) of a larger batch, reset with seed + a, starts exactly as they would there
+                # environments [a, b) of a larger batch, reset with seed + a, starts exactly as they would
+                # there
                 base = self.seed if seed is None else seed
                 seeds = (np.arange(self.num_envs, dtype=np.int64) + base) % 2**32
-                # committed to the device, as the step's outputs are (they come from committed DLPack imports):
-                # a state of other placement would compile every jitted step a second time
+                # committed to the device, as the step's outputs are (they come from committed DLPack
+                # imports): a state of other placement would compile every jitted step a second time
                 self._keys = self._keys_fn(jax.device_put(seeds.astype(np.uint32), self.jax_device))
             keys = self._split_fn(self._keys)  # [N, 2, key]: the next stream and this reset's key
             self._keys = keys[:, 0]

@@ -3,25 +3,25 @@
 Tasks:
 
 * ``go2_walk``: the Unitree Go2 quadruped tracking a velocity command, as in Genesis' locomotion example
-  (``examples/locomotion/go2_env.py``): PD position targets around the default pose, one step of action latency,
-  the same 45-dimensional observation, reward terms (linear/angular velocity tracking, vertical velocity, base
-  height, action rate, distance to the default pose; scaled by dt) and roll/pitch termination.
-* ``cartpole_balance``: the classic cart-pole (force on the cart, +1 per step upright; terminated when the pole
-  leaves ±0.2 rad or the cart ±2.4 m), modelled in MJCF here.
+  (``examples/locomotion/go2_env.py``): PD position targets around the default pose, one step of action
+  latency, the same 45-dimensional observation, reward terms (linear/angular velocity tracking, vertical
+  velocity, base height, action rate, distance to the default pose; scaled by dt) and roll/pitch termination.
+* ``cartpole_balance``: the classic cart-pole (force on the cart, +1 per step upright; terminated when the
+  pole leaves ±0.2 rad or the cart ±2.4 m), modelled in MJCF here.
 
 Genesis is initialised once per process, on its CPU backend for a CPU device and on CUDA otherwise. With
 Genesis' zero-copy mode (its default when the torch device matches its backend) the joint positions and
-velocities the observation is made from are views of Genesis' own state buffers (:meth:`GenesisEnv.dof_state`),
-read without a copy, and so are the Go2's base pose and velocities; actions go to Genesis as torch tensors on
-its device. Nothing crosses between host and device inside a step.
+velocities the observation is made from are views of Genesis' own state buffers
+(:meth:`GenesisEnv.dof_state`), read without a copy, and so are the Go2's base pose and velocities; actions go
+to Genesis as torch tensors on its device. Nothing crosses between host and device inside a step.
 
 A step is three phases around Genesis' own work, each over tensors at fixed addresses:
 
 1. ``before_physics`` (only where this step's action enters this step's physics): the action's NaN mapping and
    clip, the controls Genesis gets (PD targets, forces);
 2. Genesis: the controls and ``scene.step()``;
-3. ``after_physics``: the task's observation, reward and termination, its own buffers (last action, the next PD
-   targets under action latency), and the episode rules of :mod:`gprl.envs.base` with a step counter on the
+3. ``after_physics``: the task's observation, reward and termination, its own buffers (last action, the next
+   PD targets under action latency), and the episode rules of :mod:`gprl.envs.base` with a step counter on the
    device, written into one packed output buffer.
 
 On a GPU a Genesis step is paced by the host (Python launching Genesis' kernels one by one, with synchronous
@@ -31,7 +31,8 @@ adds the action's copy into the graphs' input, one or two replays and one copy o
 caller's tensors are never rewritten by a later step). The GPU runs a graph's kernels one after another, a few
 microseconds each however small, and the after-physics phase is some 100 ops: the graphs therefore record the
 phases compiled by ``torch.compile`` into a few fused kernels (``fuse=True``, the default; they agree with the
-ops one by one to float32 rounding). On the CPU, or with ``cuda_graphs=False``, the same functions run op by op.
+ops one by one to float32 rounding). On the CPU, or with ``cuda_graphs=False``, the same functions run op by
+op.
 """
 
 import math
@@ -70,13 +71,15 @@ def _state_view(gs: Any, field: Any) -> torch.Tensor | None:
 
 
 class _Graphed:
-    """``fn()`` then ``then()``, which read tensors at fixed addresses and update some of them in place, run op
-    by op or replayed as a CUDA graph once :meth:`capture` has recorded them. With ``fuse`` the graph records
-    ``fn`` compiled by ``torch.compile``: a few fused kernels instead of one per op (a GPU runs a graph's tiny
-    kernels one after another, some microseconds each, and a Genesis step waits for them). ``then`` is never
-    compiled (Inductor cannot write through views of another dtype, as packing outputs into bytes does)."""
+    """``fn()`` then ``then()``, which read tensors at fixed addresses and update some of them in place, run
+    op by op or replayed as a CUDA graph once :meth:`capture` has recorded them. With ``fuse`` the graph
+    records ``fn`` compiled by ``torch.compile``: a few fused kernels instead of one per op (a GPU runs a
+    graph's tiny kernels one after another, some microseconds each, and a Genesis step waits for them).
+    ``then`` is never compiled (Inductor cannot write through views of another dtype, as packing outputs into
+    bytes does)."""
 
-    def __init__(self, fn: Callable[[], object], fuse: bool, then: Callable[[], object] | None = None) -> None:
+    def __init__(self, fn: Callable[[], object], fuse: bool,
+                 then: Callable[[], object] | None = None) -> None:
         self.fn, self.fuse, self.then = fn, fuse, then
         self.graph: torch.cuda.CUDAGraph | None = None
         self._compiled: Callable[[], object] | None = None
@@ -91,8 +94,9 @@ class _Graphed:
                 try:
                     compiled()
                 except Exception as e:  # noqa: BLE001 (no Triton or C compiler, say): the graph replays the ops
-                    warnings.warn(f"gprl.envs: torch.compile failed on the Genesis step ({type(e).__name__}: {e}); "
-                                  f"its CUDA graph replays the ops one by one", stacklevel=3)  # fmt: skip
+                    warnings.warn(f"gprl.envs: torch.compile failed on the Genesis step "
+                                  f"({type(e).__name__}: {e}); its CUDA graph replays the ops one by one",
+                                  stacklevel=3)  # fmt: skip
                     compiled = self.fn
             self._compiled = compiled
         return self._compiled
@@ -125,8 +129,8 @@ class GenesisTask:
 
     ``build`` makes the scene and every buffer the step's phases read or write (at fixed addresses, so that
     CUDA graphs can replay them), ``action`` [N, act_dim] float32 among them: the step's action as given;
-    ``reset`` re-initialises all of those buffers. ``before_physics`` (run only where ``acts_before_physics``),
-    ``physics`` and ``after_physics`` are the phases of a step (module docstring).
+    ``reset`` re-initialises all of those buffers. ``before_physics`` (run only where
+    ``acts_before_physics``), ``physics`` and ``after_physics`` are the phases of a step (module docstring).
     """
 
     name: ClassVar[str]
@@ -141,7 +145,8 @@ class GenesisTask:
         unknown = set(kwargs) - set(self.defaults)
         if unknown:
             raise TypeError(
-                f"unknown keyword argument(s) {sorted(unknown)} for {self.name!r}; it takes {sorted(self.defaults)}"
+                f"unknown keyword argument(s) {sorted(unknown)} for {self.name!r}; "
+                f"it takes {sorted(self.defaults)}"
             )
         self.cfg = {**self.defaults, **kwargs}
 
@@ -156,7 +161,8 @@ class GenesisTask:
         """Genesis' own work: hand over the controls, ``scene.step()``."""
 
     def after_physics(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Observation [N, obs_dim], reward [N] float32 and termination [N] bool; updates the task's buffers."""
+        """Observation [N, obs_dim], reward [N] float32 and termination [N] bool;
+        updates the task's buffers."""
         raise NotImplementedError
 
     def clipped_action(self) -> torch.Tensor:
@@ -169,14 +175,16 @@ class GenesisTask:
         return self.pos_view is not None
 
     def _bind_dof_views(self, gs: Any) -> None:
-        """After ``scene.build``: views of Genesis' joint position/velocity buffers (None without zero-copy)."""
+        """After ``scene.build``: views of Genesis' joint position/velocity buffers
+        (None without zero-copy)."""
         state = self.robot.solver.dyn_state.dofs
         self.pos_view, self.vel_view = _state_view(gs, state.pos), _state_view(gs, state.vel)
         # indexing with a Python list would copy the list to the device at every read
         self.dof_index = torch.tensor(self.dofs, device=gs.device)
 
     def dof_state(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Positions and velocities [N, len(self.dofs)] of the task's joints (Genesis' buffers with zero-copy on)."""
+        """Positions and velocities [N, len(self.dofs)] of the task's joints
+        (Genesis' buffers with zero-copy on)."""
         if self.pos_view is not None:
             return self.pos_view[:, self.dof_index], self.vel_view[:, self.dof_index]
         return self.robot.get_dofs_position(self.dofs), self.robot.get_dofs_velocity(self.dofs)
@@ -277,7 +285,8 @@ class Go2Walk(GenesisTask):
         s = c["obs_scales"]
         self.commands_scale = torch.tensor([s["lin_vel"], s["lin_vel"], s["ang_vel"]], device=dev, dtype=f)
         self.reward_scales = {k: v * c["dt"] for k, v in c["reward_scales"].items()}
-        ranges = torch.tensor([c["lin_vel_x_range"], c["lin_vel_y_range"], c["ang_vel_range"]], device=dev, dtype=f)
+        ranges = torch.tensor([c["lin_vel_x_range"], c["lin_vel_y_range"], c["ang_vel_range"]],
+                              device=dev, dtype=f)
         self.command_low, self.command_span = ranges[:, 0], ranges[:, 1] - ranges[:, 0]
         self.command_gen = torch.Generator(device=dev)
         self.resample_every = round(c["resampling_time_s"] / c["dt"])
@@ -298,13 +307,15 @@ class Go2Walk(GenesisTask):
 
     def _bind_base_views(self, gs: Any) -> None:
         """Views of Genesis' link buffers for the base's pose and velocities, where its getters would return
-        the same values (zero-copy on, no offset on the base link); otherwise None and the getters are used."""
+        the same values (zero-copy on, no offset on the base link); otherwise None and the getters are
+        used."""
         solver, base = self.robot.solver, self.robot.base_link_idx
         self.base_link, self.link_views = base, None
-        if gs.use_zerocopy and solver._links_offset_pos_is_identity[base] and solver._links_offset_quat_is_identity[base]:
+        if (gs.use_zerocopy and solver._links_offset_pos_is_identity[base]
+                and solver._links_offset_quat_is_identity[base]):
             links = solver.dyn_state.links
-            self.link_views = tuple(_state_view(gs, x) for x in (links.pos, links.quat, links.cd_vel, links.cd_ang,
-                                                                  links.root_COM))  # fmt: skip
+            self.link_views = tuple(_state_view(gs, x) for x in (links.pos, links.quat, links.cd_vel,
+                                                                  links.cd_ang, links.root_COM))  # fmt: skip
 
     def base_state(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """World position, orientation, linear and angular velocity of the base, as ``robot.get_pos()``,
@@ -329,7 +340,8 @@ class Go2Walk(GenesisTask):
         for buf in (self.action, self.actions, self.last_actions):
             buf.zero_()
         self._set_targets(self.last_actions)
-        self.robot.control_dofs_position(self.targets, self.dofs)  # position control of the joints, from Genesis
+        # position control of the joints, from Genesis
+        self.robot.control_dofs_position(self.targets, self.dofs)
         self.t = 0
         self.command_gen.manual_seed(int(torch.randint(2**62, (1,), generator=gen)))
         self._sample_commands()
@@ -412,7 +424,8 @@ _CARTPOLE_XML = """<mujoco model="cartpole">
       <geom name="cart" type="box" size="0.2 0.15 0.1" mass="1" contype="0" conaffinity="0"/>
       <body name="pole" pos="0 0 0">
         <joint name="hinge" type="hinge" axis="0 1 0" damping="0"/>
-        <geom name="pole" type="capsule" fromto="0 0 0 0 0 1" size="0.045" mass="0.1" contype="0" conaffinity="0"/>
+        <geom name="pole" type="capsule" fromto="0 0 0 0 0 1" size="0.045" mass="0.1" \
+contype="0" conaffinity="0"/>
       </body>
     </body>
   </worldbody>

@@ -1,8 +1,8 @@
 """Any registered Gymnasium id, stepped through Gymnasium's vector API.
 
 The vector env runs in NEXT_STEP autoreset mode, but the autoreset never reaches the caller: the base class
-keeps an ended episode ended (flags stay set, reward 0) until ``reset()``, so whatever the vector env does with
-that sub-environment afterwards (its hidden reset and new episode) is ignored. ``reset(seed)`` seeds
+keeps an ended episode ended (flags stay set, reward 0) until ``reset()``, so whatever the vector env does
+with that sub-environment afterwards (its hidden reset and new episode) is ignored. ``reset(seed)`` seeds
 sub-environment ``i`` with ``seed + i``, exactly as ``gymnasium.vector`` does.
 
 Action spaces: ``Box`` (clipped to its bounds) and ``Discrete`` (argmax over ``num_actions`` outputs).

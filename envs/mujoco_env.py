@@ -203,7 +203,8 @@ class MujocoEnv(VecEnv):
         return torch.from_numpy(np.ascontiguousarray(x)).to(self.device, dtype)
 
     def set_state(self, qpos: np.ndarray, qvel: np.ndarray) -> torch.Tensor:
-        """Start new episodes from given states [N, nq], [N, nv] (as Gymnasium's ``set_state``); returns obs."""
+        """Start new episodes from given states [N, nq], [N, nv] (as Gymnasium's ``set_state``);
+        returns obs."""
         obs = self._set_state(qpos, qvel)
         self._begin_episodes()
         return obs
@@ -260,7 +261,8 @@ class MujocoEnv(VecEnv):
         a = (a if a.dtype == torch.float32 else a.to(torch.float32)).numpy()
         if not np.isfinite(a).all():
             a = np.nan_to_num(a, nan=0.0)  # ±inf → ±float32 max, which the clip maps to the bounds
-        # the clip of the float32 values (exact in float64), into a new float64 array: never the caller's memory
+        # the clip of the float32 values (exact in float64), into a new float64 array: never the caller's
+        # memory
         out = np.maximum(a, self._low, dtype=np.float64)
         return np.minimum(out, self._high, out=out)
 

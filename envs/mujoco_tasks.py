@@ -1,13 +1,13 @@
 """The Gymnasium v5 MuJoCo tasks, written once over a batch of simulations.
 
-Each task reproduces its Gymnasium v5 environment exactly: the same XML file (read from Gymnasium's assets), the
-same frame skip, observation, reward, termination and reset noise, and the same keyword arguments and defaults.
-The formulas are NumPy over ``[n, ...]`` arrays (float64, as Gymnasium computes them); a task reads the bound
-fields of a :class:`mujoco.batch.Batch` through a :class:`State`.
+Each task reproduces its Gymnasium v5 environment exactly: the same XML file (read from Gymnasium's assets),
+the same frame skip, observation, reward, termination and reset noise, and the same keyword arguments and
+defaults. The formulas are NumPy over ``[n, ...]`` arrays (float64, as Gymnasium computes them); a task reads
+the bound fields of a :class:`mujoco.batch.Batch` through a :class:`State`.
 
-As in Gymnasium (``mj_step`` then ``mj_rnePostConstraint``), derived fields (``xpos``, ``cfrc_ext``, ...) describe
-the state *before the last substep*; the batch gives them that way too. Gymnasium's reset runs ``mj_forward``
-only, so ``cfrc_ext`` is 0 in the first observation; the tasks that observe it do the same.
+As in Gymnasium (``mj_step`` then ``mj_rnePostConstraint``), derived fields (``xpos``, ``cfrc_ext``, ...)
+describe the state *before the last substep*; the batch gives them that way too. Gymnasium's reset runs
+``mj_forward`` only, so ``cfrc_ext`` is 0 in the first observation; the tasks that observe it do the same.
 """
 
 from __future__ import annotations
@@ -224,7 +224,8 @@ class Walker2d(_Planar):
     name, gym_id, clip_qvel = "walker2d", "Walker2d-v5", True
     defaults: ClassVar[dict[str, Any]] = dict(
         xml_file="walker2d_v5.xml", frame_skip=4, **_LOCO, healthy_z_range=(0.8, 2.0),
-        healthy_angle_range=(-1.0, 1.0), reset_noise_scale=5e-3, exclude_current_positions_from_observation=True,
+        healthy_angle_range=(-1.0, 1.0), reset_noise_scale=5e-3,
+        exclude_current_positions_from_observation=True,
     )  # fmt: skip
 
     def healthy(self, s: State) -> np.ndarray:
@@ -237,8 +238,8 @@ class Walker2d(_Planar):
 class HalfCheetah(_Planar):
     name, gym_id = "halfcheetah", "HalfCheetah-v5"
     defaults: ClassVar[dict[str, Any]] = {
-        "xml_file": "half_cheetah.xml", "frame_skip": 5, "forward_reward_weight": 1.0, "ctrl_cost_weight": 0.1,
-        "reset_noise_scale": 0.1, "exclude_current_positions_from_observation": True,
+        "xml_file": "half_cheetah.xml", "frame_skip": 5, "forward_reward_weight": 1.0,
+        "ctrl_cost_weight": 0.1, "reset_noise_scale": 0.1, "exclude_current_positions_from_observation": True,
     }  # fmt: skip
     reset_state = _normal_qvel_reset
 

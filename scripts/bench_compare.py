@@ -325,8 +325,8 @@ class TensorgpEngine:
                 torch.stack([torch.mean((t - y) ** 2) for t in tensors])
 
 
-ENGINE_CLASSES = {"gprl": GprlEngine, "pyoperon": PyoperonEngine, "gplearn": GplearnEngine, "deap": DeapEngine,
-                  "tensorgp": TensorgpEngine}
+ENGINE_CLASSES = {"gprl": GprlEngine, "pyoperon": PyoperonEngine, "gplearn": GplearnEngine,
+                  "deap": DeapEngine, "tensorgp": TensorgpEngine}
 
 
 # ---------------------------------------------------------------- grid
@@ -379,7 +379,8 @@ def measure_cell(engine, shared: Population, perm: np.ndarray, X, y, repeats: in
     # of the budget, and half of it; linear cost per node-row between the two allows extrapolation
     per_tree = probe / n
     if per_tree * 2 * 3 > budget:  # even 1 and 2 trees (warm-up + 2 calls each) would pass the budget
-        return {"skipped": f"one tree over {D} rows takes ~{per_tree:.3g} s: too slow for the {budget} s budget"}
+        return {"skipped": f"one tree over {D} rows takes ~{per_tree:.3g} s: "
+                           f"too slow for the {budget} s budget"}
     n1 = 2
     while n1 * 2 <= P and per_tree * n1 * 2 * 3 <= budget / 3:
         n1 *= 2
@@ -387,11 +388,12 @@ def measure_cell(engine, shared: Population, perm: np.ndarray, X, y, repeats: in
     for m in (n1 // 2, n1):
         trees, sizes = engine.trees(shared, perm[:m])
         s, cpu = timed(engine, trees, data, 2, budget / 3)
-        rates.append((m, float(sizes.sum()) * D / s, float(sizes.mean()), cpu and float(sizes.sum()) * D / cpu))
+        rates.append((m, float(sizes.sum()) * D / s, float(sizes.mean()),
+                      cpu and float(sizes.sum()) * D / cpu))
     (m0, r0, _, _), (m1, r1, size1, cpu_rate) = rates
     if not 0.7 <= r1 / r0 <= 1.45:
-        return {"skipped": f"subset timings are not linear (GPops/s {r0:.3g} at {m0} trees, {r1:.3g} at {m1}); "
-                           f"the whole population would take ~{full_estimate:.0f} s"}
+        return {"skipped": f"subset timings are not linear (GPops/s {r0:.3g} at {m0} trees, "
+                           f"{r1:.3g} at {m1}); the whole population would take ~{full_estimate:.0f} s"}
     seconds = P * size1 * D / r1
     row = {"seconds": seconds, "mean_size": size1, "gpops": r1, "extrapolated": True, "measured_trees": m1}
     if cpu_rate:
@@ -404,7 +406,8 @@ def run_grid(engines: list, args, log) -> list[dict]:
     gen = torch.Generator().manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     for P in args.pop:
-        shared = Population.random(P, N_IN, max_len=256, functions=FUNCTIONS, min_depth=3, max_depth=8, seed=gen)
+        shared = Population.random(P, N_IN, max_len=256, functions=FUNCTIONS, min_depth=3, max_depth=8,
+                                   seed=gen)
         perm = rng.permutation(P)
         for D in args.rows:
             X = rng.uniform(-1.0, 1.0, (D, N_IN)).astype(np.float32)
@@ -442,8 +445,8 @@ def run_grid(engines: list, args, log) -> list[dict]:
 
 def cpu_vs_pyoperon(grid: list[dict]) -> dict:
     """gprl's CPU backend against pyoperon, cell by cell, where both ran with the same number of threads."""
-    gprl_cpu = {(r["P"], r["D"], r["threads"]): r for r in grid if r["engine"] == "gprl" and r["device"] == "cpu"
-                and "gpops" in r}
+    gprl_cpu = {(r["P"], r["D"], r["threads"]): r for r in grid
+                if r["engine"] == "gprl" and r["device"] == "cpu" and "gpops" in r}
     cells = []
     for r in grid:
         if r["engine"] != "pyoperon" or "gpops" not in r:
@@ -457,9 +460,10 @@ def cpu_vs_pyoperon(grid: list[dict]) -> dict:
         if "gpops_per_cpu_second" in g and "gpops_per_cpu_second" in r:
             cell["ratio_per_cpu_second"] = round(g["gpops_per_cpu_second"] / r["gpops_per_cpu_second"], 3)
         cells.append(cell)
-    out = {"description": "GPops/s of gprl's CPU backend / pyoperon's, same cores (torch threads = pyoperon's "
-                          "thread count); target: ratio >= 1. ratio_per_cpu_second compares GPops per CPU-second "
-                          "of each process (robust to other jobs on the machine)", "cells": cells}
+    out = {"description": "GPops/s of gprl's CPU backend / pyoperon's, same cores (torch threads = "
+                          "pyoperon's thread count); target: ratio >= 1. ratio_per_cpu_second compares GPops "
+                          "per CPU-second of each process (robust to other jobs on the machine)",
+           "cells": cells}
     for key in ("ratio", "ratio_per_cpu_second"):
         vals = [c[key] for c in cells if key in c]
         if vals:
@@ -551,8 +555,8 @@ def run_pyoperon(data, a) -> dict:
     onepoint = op.NormalOnePointMutation()
     onepoint.ParameterizeDistribution(0.0, 1.0)
     muts = [onepoint, op.ChangeVariableMutation(inputs), op.ChangeFunctionMutation(pset),
-            op.ReplaceSubtreeMutation(creator, coeff, 17, 64), op.InsertSubtreeMutation(creator, coeff, 17, 64),
-            op.RemoveSubtreeMutation(pset)]
+            op.ReplaceSubtreeMutation(creator, coeff, 17, 64),
+            op.InsertSubtreeMutation(creator, coeff, 17, 64), op.RemoveSubtreeMutation(pset)]
     for m in muts:
         mut.Add(m, 1.0)
     optimizer = op.LMOptimizer(dtable, problem, 0, 128)
@@ -562,10 +566,10 @@ def run_pyoperon(data, a) -> dict:
     init.ParameterizeDistribution(2, 30)  # mean initial length ~16, close to ramped half-and-half 2..6
     init.MinDepth, init.MaxDepth = 1, 1000
     limit = int(a.run_time_limit) if a.run_time_limit else (1 << 62)
-    config = op.GeneticAlgorithmConfig(generations=a.generations - 1, max_evaluations=1 << 62, local_iterations=0,
-                                       population_size=a.run_pop, pool_size=a.run_pop, p_crossover=0.8,
-                                       p_mutation=0.2, p_local=0.0, p_lamarck=0.0, epsilon=1e-5, seed=a.seed,
-                                       max_time=limit)
+    config = op.GeneticAlgorithmConfig(generations=a.generations - 1, max_evaluations=1 << 62,
+                                       local_iterations=0, population_size=a.run_pop, pool_size=a.run_pop,
+                                       p_crossover=0.8, p_mutation=0.2, p_local=0.0, p_lamarck=0.0,
+                                       epsilon=1e-5, seed=a.seed, max_time=limit)
     gp = op.GeneticProgrammingAlgorithm(config, problem, init, coeff, generator, reinserter)
     sizes, overhead = [], [0.0]
 
@@ -618,8 +622,8 @@ def run_gplearn(data, a) -> dict:
         return {"seconds": seconds, "generations": g, "mean_size": float(np.mean(lengths)),
                 "train_mse": _mse(best.execute(Xtr.astype(np.float64)), ytr),
                 "test_mse": _mse(best.execute(Xte.astype(np.float64)), yte), "best_size": len(best.program),
-                "note": f"gplearn SymbolicRegressor, parsimony 0.001 (its default; it has no depth/length limit), "
-                        f"n_jobs={a.threads}, float64; best = lowest MSE of the last generation"}
+                "note": f"gplearn SymbolicRegressor, parsimony 0.001 (its default; it has no depth/length "
+                        f"limit), n_jobs={a.threads}, float64; best = lowest MSE of the last generation"}
 
 
 def run_deap(data, a) -> dict:
@@ -674,7 +678,8 @@ def run_deap(data, a) -> dict:
     best = hof[0]
     return {"seconds": seconds, "generations": g, "mean_size": statistics.fmean(sizes),
             "train_mse": _mse(predict(best, cols), ytr),
-            "test_mse": _mse(predict(best, [np.ascontiguousarray(Xte[:, k]) for k in range(Xte.shape[1])]), yte),
+            "test_mse": _mse(predict(best, [np.ascontiguousarray(Xte[:, k]) for k in range(Xte.shape[1])]),
+                             yte),
             "best_size": len(best),
             "note": "DEAP eaSimple-style loop (selTournament 7, cxOnePoint, mutUniform, height <= 17, length "
                     "<= 64, elitism 1), NumPy float32, every tree evaluated every generation"}
@@ -691,7 +696,8 @@ def run_full(engines: list[str], args, log) -> list[dict]:
         for eng in engines:
             device = args.device if eng == "gprl" else "cpu"
             row = {"engine": eng, "device": device, "threads": 1 if eng == "deap" else args.threads,
-                   "dataset": name, "train_rows": D, "test_rows": data[2].shape[0], "population": args.run_pop}
+                   "dataset": name, "train_rows": D, "test_rows": data[2].shape[0],
+                   "population": args.run_pop}
             if eng == "tensorgp":
                 row["skipped"] = ("TensorGP's engine evolves images (it clips outputs to a codomain, saves "
                                   "state, has no SR loop); only its evaluation is compared, in the grid")
@@ -705,12 +711,13 @@ def run_full(engines: list[str], args, log) -> list[dict]:
                 log(f"run {eng} {name}: failed: {row['skipped']}")
                 continue
             row.update(res)
-            row["gpops"] = float(f"{row['generations'] * args.run_pop * row['mean_size'] * D / row['seconds']:.4g}")
+            row["gpops"] = float(
+                f"{row['generations'] * args.run_pop * row['mean_size'] * D / row['seconds']:.4g}")
             for k in ("seconds", "mean_size", "train_mse", "test_mse"):
                 row[k] = float(f"{row[k]:.5g}")
             log(f"run {eng}/{device} {name}: {row['seconds']:.1f} s, {row['generations']} generations, "
-                f"mean size {row['mean_size']:.1f}, {row['gpops']:.3g} GPops/s, train MSE {row['train_mse']:.4g}, "
-                f"test MSE {row['test_mse']:.4g}")
+                f"mean size {row['mean_size']:.1f}, {row['gpops']:.3g} GPops/s, "
+                f"train MSE {row['train_mse']:.4g}, test MSE {row['test_mse']:.4g}")
             results.append(row)
     return results
 
@@ -747,7 +754,8 @@ def _plot_grid(ax, grid: list[dict], plt) -> None:
     markers = dict(zip(pops, "os^Dvp*"))
     for k in keys:
         for P in pops:
-            rows = sorted((r for r in grid if (r["engine"], r["device"]) == k and r["P"] == P), key=lambda r: r["D"])
+            rows = sorted((r for r in grid if (r["engine"], r["device"]) == k and r["P"] == P),
+                          key=lambda r: r["D"])
             if not rows:
                 continue
             ax.plot([r["D"] for r in rows], [r["gpops"] for r in rows], color=colors[k], marker=markers[P],
@@ -775,7 +783,8 @@ def _plot_runs(ax, runs: list[dict], plt) -> None:
             if r is None:
                 continue
             x = i + (j - (len(keys) - 1) / 2) * width
-            ax.bar(x, r["gpops"], width, color=plt.cm.tab10(j % 10), label=f"{k[0]} ({k[1]})" if i == 0 else None)
+            ax.bar(x, r["gpops"], width, color=plt.cm.tab10(j % 10),
+                   label=f"{k[0]} ({k[1]})" if i == 0 else None)
             ax.text(x, r["gpops"], f"{r['seconds']:.0f} s\n{r['generations']} g\n{r['train_mse']:.2g}",
                     ha="center", va="bottom", fontsize=6)
     ax.set_xticks(range(len(datasets)))
@@ -850,8 +859,8 @@ def main(argv=None) -> dict:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         ap.error("--device cuda but CUDA is not available")
     if args.threads != torch.get_num_threads():
-        # only when it changes: on torch 2.13 an explicit set_num_threads (even to the default) made small
-        # elementwise torch ops (TensorGP's, gprl's variation step) orders of magnitude slower on a busy machine
+        # only when it changes: an explicit set_num_threads (even to the default) can make small elementwise
+        # torch ops (TensorGP's, gprl's variation step) far slower on a busy machine
         torch.set_num_threads(args.threads)
 
     def log(msg: str) -> None:

@@ -1,19 +1,20 @@
-"""Environment throughput per backend, task and batch size; our adapter's overhead over the raw simulator loop.
+"""Environment throughput per backend, task and batch size;
+our adapter's overhead over the raw simulator loop.
 
 Prints JSON: one line per record as it is measured, then everything with the machine's description.
 
 What is counted: **live environment-steps**, i.e. steps of environments whose episode had not ended when they
 were stepped. Our adapters keep an ended episode ended (masked) until ``reset()``, so their ended environments
-count nothing (native MuJoCo does not step them at all; Brax and Genesis step them, masked). Gymnasium's vector
-env resets an ended sub-environment on its next step (NEXT_STEP autoreset) and then runs a new episode: the
-reset step counts nothing, the new episode's steps count as live, since they are real steps of a running
+count nothing (native MuJoCo does not step them at all; Brax and Genesis step them, masked). Gymnasium's
+vector env resets an ended sub-environment on its next step (NEXT_STEP autoreset) and then runs a new episode:
+the reset step counts nothing, the new episode's steps count as live, since they are real steps of a running
 episode. Throughput = live env-steps / wall time of the step loop (resets are not timed).
 
-The workload of a record: ``reset(seed)``, then at most ``--steps`` steps with uniform random actions within the
-bounds (× ``--action-scale``; a bank of 16 action batches, cycled) until every episode has ended. An untimed
-counting pass of the same workload (same seed, same actions) gives the live counts and the number of steps;
-every timed loop then runs exactly that many steps. The loops of a record are timed interleaved (A, B, C, then
-C, B, A, ...), ``--repeats`` samples each; a sample is as many whole rollouts as make it last
+The workload of a record: ``reset(seed)``, then at most ``--steps`` steps with uniform random actions within
+the bounds (× ``--action-scale``; a bank of 16 action batches, cycled) until every episode has ended. An
+untimed counting pass of the same workload (same seed, same actions) gives the live counts and the number of
+steps; every timed loop then runs exactly that many steps. The loops of a record are timed interleaved (A, B,
+C, then C, B, A, ...), ``--repeats`` samples each; a sample is as many whole rollouts as make it last
 ``--min-sample-s``. Figures are medians; ratios are medians of the per-repeat ratios (pairs taken back to
 back). Each loop is warmed up first (JAX compilation included; on a GPU then ``--warmup-s`` of untimed
 interleaved samples) and synchronised the same way (every queued GPU operation finished, JAX's and torch's)
@@ -72,8 +73,8 @@ CPU_SIZES, GPU_SIZES = [1, 64, 1024], [1, 64, 1024, 8192, 32768]
 BANK = 16  # action batches, cycled
 COUNTING = (
     "live env-steps: steps of environments whose episode had not ended when stepped (masked/ended ones count "
-    "nothing); Gymnasium's vector env: every step of a running episode (its autoreset episodes included), not "
-    "the reset steps"
+    "nothing); Gymnasium's vector env: every step of a running episode (its autoreset episodes included), "
+    "not the reset steps"
 )
 
 
@@ -158,7 +159,8 @@ class Ours(Loop):
 
 
 class OursEager(Ours):
-    """``ours`` with the step's phases launched op by op (Genesis on a GPU: what ``cuda_graphs=False`` does)."""
+    """``ours`` with the step's phases launched op by op
+    (Genesis on a GPU: what ``cuda_graphs=False`` does)."""
 
     def __init__(self, env: genvs.VecEnv, bank: list[torch.Tensor], seed: int) -> None:
         super().__init__(env, bank, seed)
@@ -382,7 +384,7 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
     rollouts = max(1, math.ceil(args.min_sample_s / max(count_s, 1e-6)))
     warmup_s = args.warmup_s if args.warmup_s is not None else (3.0 if env.device.type == "cuda" else 0.0)
     warm_end = time.perf_counter() + warmup_s
-    while time.perf_counter() < warm_end:  # without it the first Brax samples on the H100 ran up to 35% slower
+    while time.perf_counter() < warm_end:  # without it the first Brax samples run slower
         for lp in loops:
             _timed(lp, steps, rollouts)
     times: dict[str, list[float]] = {lp.name: [] for lp in loops}
@@ -453,10 +455,13 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
             rec["vs_gymnasium"]["gym_async"] = (
                 f"not run: {n} processes (> --async-max-envs {args.async_max_envs})"
             )
-    # CPU cores a loop kept busy (CPU time / wall time): on a shared machine, what it was given. Linux shares the
-    # CPU between sessions (autogroup), so one busy neighbour halves a 2-thread loop but not a 1-thread one.
-    rec["cores_used"] = {name: round(float(np.median([c / t for c, t in zip(cpu[name], times[name], strict=True)])), 2)
-                         for name in times}  # fmt: skip
+    # CPU cores a loop kept busy (CPU time / wall time): on a shared machine, what it was given. Linux shares
+    # the CPU between sessions (autogroup), so one busy neighbour halves a 2-thread loop but not a 1-thread
+    # one.
+    rec["cores_used"] = {
+        name: round(float(np.median([c / t for c, t in zip(cpu[name], times[name], strict=True)])), 2)
+        for name in times
+    }  # fmt: skip
     rec["cpu_us_per_live_step"] = {name: round(cpu_per_step(name) * 1e6, 2) for name in cpu}
     rec["loops"] = {lp.name: lp.what for lp in loops}
     rec["samples_s"] = {name: [round(t, 4) for t in ts] for name, ts in times.items()}
@@ -486,8 +491,8 @@ def _versions() -> dict[str, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backends", nargs="+", default=["mujoco"], choices=genvs.BACKENDS,
-                    help="default: mujoco, with Gymnasium's own vector envs as baselines; add gymnasium for our "
-                         "Gymnasium adapter's overhead")  # fmt: skip
+                    help="default: mujoco, with Gymnasium's own vector envs as baselines; add gymnasium for "
+                         "our Gymnasium adapter's overhead")  # fmt: skip
     ap.add_argument("--tasks", nargs="+", default=None,
                     help="task names (default per backend: hopper walker2d halfcheetah; brax: hopper; "
                          "genesis: go2_walk)")  # fmt: skip
@@ -500,11 +505,14 @@ def main() -> None:
     )
     ap.add_argument("--min-sample-s", type=float, default=0.3, help="a sample is at least this long")
     ap.add_argument("--warmup-s", type=float, default=None,
-                    help="untimed interleaved samples for this long first (default: 3 s on a GPU, 0 on the CPU)")
+                    help="untimed interleaved samples for this long first "
+                         "(default: 3 s on a GPU, 0 on the CPU)")
     ap.add_argument("--action-scale", type=float, default=None,
-                    help="actions: uniform in the bounds (within [-1, 1]) × this (default 1; genesis 0.2)")  # fmt: skip
+                    help="actions: uniform in the bounds (within [-1, 1]) × this "
+                         "(default 1; genesis 0.2)")  # fmt: skip
     ap.add_argument("--async-max-envs", type=int, default=64,
-                    help="time Gymnasium's AsyncVectorEnv (one process per env) up to this many envs")  # fmt: skip
+                    help="time Gymnasium's AsyncVectorEnv (one process per env) "
+                         "up to this many envs")  # fmt: skip
     ap.add_argument("--async-max-concurrency", type=int, default=os.cpu_count() or 1,
                     help="AsyncVectorEnv max_concurrency (default: the CPU count; 0: no limit)")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
@@ -518,7 +526,8 @@ def main() -> None:
         info["gpu"] = torch.cuda.get_device_name()
     results = []
     for backend in args.backends:
-        on_gpu = (args.device or "").startswith("cuda") or (args.device is None and backend in ("brax", "genesis")
+        on_gpu = (args.device or "").startswith("cuda") or (args.device is None
+                                                             and backend in ("brax", "genesis")
                                                              and torch.cuda.is_available())  # fmt: skip
         for task in args.tasks or DEFAULT_TASKS[backend]:
             for n in args.sizes or (GPU_SIZES if on_gpu else CPU_SIZES):

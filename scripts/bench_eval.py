@@ -60,7 +60,8 @@ def time_call(fn, device: str, repeats: int, budget_s: float, warm_up: bool = Tr
 
 
 def queued_host_us(fn, calls: int = 2000) -> float:
-    """Host microseconds per CUDA call with calls queued back to back (the GPU's time once its queue fills)."""
+    """Host microseconds per CUDA call with calls queued back to back
+    (the GPU's time once its queue fills)."""
     fn()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -122,14 +123,16 @@ def strategy_cells(args, gen: torch.Generator) -> dict:
             if P * D > args.max_work or (op == "forward" and P * D > 1 << 28):  # forward: <= 1 GiB of outputs
                 continue
             if op == "fitness":
-                data = Dataset(torch.rand(D, 8, generator=gen) * 2 - 1, torch.rand(D, generator=gen), device=dev)
+                data = Dataset(torch.rand(D, 8, generator=gen) * 2 - 1, torch.rand(D, generator=gen),
+                               device=dev)
                 call = lambda s, p=pop, d=data: p.fitness(d, strategy=s)
             else:
                 X = (torch.rand(D, 8, generator=gen) * 2 - 1).to(dev)
                 # no finiteness scan of X: it waits for the GPU and is not part of the evaluation
                 call = lambda s, p=pop, x=X: p.forward(x, strategy=s, check_finite=False)
             auto = strategy.auto(op, dev, P, D) or "heuristic"
-            calls = {"auto": lambda c=call: c(None)} | {s: lambda c=call, s=s: c(s) for s in strategy.names(op)}
+            calls = ({"auto": lambda c=call: c(None)}
+                     | {s: lambda c=call, s=s: c(s) for s in strategy.names(op)})
             seconds = time_interleaved(calls, args.repeats, args.budget)
             fixed = {s: t for s, t in seconds.items() if s != "auto"}
             best = min(fixed, key=fixed.get)
@@ -148,7 +151,8 @@ def strategy_cells(args, gen: torch.Generator) -> dict:
                 cell["back_to_back_seconds"] = back_to_back(lambda c=call: c(None), 300)
             cells.append(cell)
             print(f"P={P} D={D}: best {best} {fixed[best] * 1e6:.1f} us, auto {auto} "
-                  f"{seconds['auto'] * 1e6:.1f} us ({cell['auto_over_best']}; picked fixed {cell['pick_over_best']})", file=sys.stderr, flush=True)
+                  f"{seconds['auto'] * 1e6:.1f} us ({cell['auto_over_best']}; "
+                  f"picked fixed {cell['pick_over_best']})", file=sys.stderr, flush=True)
     return {"benchmark": f"{op}_strategies", "device": device_name(args.device), "torch": torch.__version__,
             "functions": FUNCTIONS, "n_in": 8, "calibration_seconds": round(calibration_s, 3),
             "calibration_cached": cached, "cells": cells,
@@ -194,12 +198,14 @@ def main() -> None:
             if P * D > args.max_work:
                 continue
             # a Dataset is validated and laid out once, as a GP run does for its training data
-            data = Dataset(torch.rand(D, 8, generator=gen) * 2 - 1, torch.rand(D, generator=gen), device=args.device)
+            data = Dataset(torch.rand(D, 8, generator=gen) * 2 - 1, torch.rand(D, generator=gen),
+                           device=args.device)
             seconds = time_call(lambda p=pop, d=data: p.fitness(d), args.device, args.repeats, args.budget)
             results.append({"P": P, "D": D, "mean_size": round(mean_size, 2), "seconds": seconds,
                             "gpops": P * mean_size * D / seconds})
-    print(json.dumps({"benchmark": "sr_fitness", "device": device_name(args.device), "torch": torch.__version__,
-                      "functions": FUNCTIONS, "n_in": 8, "results": results}, indent=1))
+    print(json.dumps({"benchmark": "sr_fitness", "device": device_name(args.device),
+                      "torch": torch.__version__, "functions": FUNCTIONS, "n_in": 8, "results": results},
+                     indent=1))
 
 
 if __name__ == "__main__":

@@ -48,7 +48,8 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 100_000, 1_000_000])
     ap.add_argument("--max-len", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--selection", default="tournament", choices=["tournament", "truncation", "rank", "roulette"])
+    ap.add_argument("--selection", default="tournament",
+                    choices=["tournament", "truncation", "rank", "roulette"])
     a = ap.parse_args()
     machine = torch.cuda.get_device_name() if a.device.startswith("cuda") else platform.processor() or "cpu"
     results = [bench(P, a.max_len, a.device, a.repeats, a.selection) for P in a.sizes]

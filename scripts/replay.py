@@ -1,4 +1,5 @@
-"""Run an exported policy in the real environment, without gprl: ``python scripts/replay.py <run dir | policy.py>``.
+"""Run an exported policy in the real environment, without gprl: \
+``python scripts/replay.py <run dir | policy.py>``.
 
 Loads ``policy.py`` (NumPy only), plays ``--episodes`` episodes in Gymnasium (runs trained on the MuJoCo or
 Gymnasium backends) or Brax (runs trained on Brax) and prints the mean return. ``--reproduce`` replays the
@@ -17,8 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-GYM_IDS = {"hopper": "Hopper-v5", "walker2d": "Walker2d-v5", "halfcheetah": "HalfCheetah-v5", "swimmer": "Swimmer-v5",
-           "ant": "Ant-v5", "humanoid": "Humanoid-v5", "inverted_pendulum": "InvertedPendulum-v5",
+GYM_IDS = {"hopper": "Hopper-v5", "walker2d": "Walker2d-v5", "halfcheetah": "HalfCheetah-v5",
+           "swimmer": "Swimmer-v5", "ant": "Ant-v5", "humanoid": "Humanoid-v5",
+           "inverted_pendulum": "InvertedPendulum-v5",
            "inverted_double_pendulum": "InvertedDoublePendulum-v5", "reacher": "Reacher-v5"}
 
 
@@ -37,12 +39,14 @@ def load_policy(path: str | os.PathLike):
 
 def replay_gymnasium(policy, meta: dict, episodes: int, seed: int, episode_length: int,
                      render: str | None = None) -> list[float]:
-    """Episode e starts from ``reset(seed=seed + e)`` (gprl's MuJoCo backend seeds environment i with seed + i)."""
+    """Episode e starts from ``reset(seed=seed + e)``
+    (gprl's MuJoCo backend seeds environment i with seed + i)."""
     import gymnasium as gym
 
     env_id = GYM_IDS.get(meta["env"], meta["env"])
     kwargs = dict(meta.get("env_kwargs") or {})
-    env = gym.make(env_id, max_episode_steps=episode_length, render_mode="rgb_array" if render else None, **kwargs)
+    env = gym.make(env_id, max_episode_steps=episode_length, render_mode="rgb_array" if render else None,
+                   **kwargs)
     returns, frames = [], []
     for e in range(episodes):
         obs, _ = env.reset(seed=seed + e)
@@ -88,7 +92,8 @@ def replay_brax(policy, meta: dict, episodes: int, seed: int, episode_length: in
     if render:
         from brax.io import image
 
-        write_video(render, image.render_array(env.sys, rollout, 320, 240), fps=float(round(1 / float(env.dt))))
+        write_video(render, image.render_array(env.sys, rollout, 320, 240),
+                    fps=float(round(1 / float(env.dt))))
     return total.tolist()
 
 
@@ -124,7 +129,8 @@ def write_video(path: str, frames, fps: int) -> None:
 
 def check_render() -> None:
     """Exits with one line naming the fix where this machine cannot render offscreen (no EGL or OSMesa)."""
-    gl = os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; must precede the first import of mujoco
+    # headless rendering; must precede the first import of mujoco
+    gl = os.environ.setdefault("MUJOCO_GL", "egl")
     try:
         import mujoco
 
@@ -142,7 +148,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("policy", help="a run directory or an exported policy.py")
     ap.add_argument("--episodes", type=int, default=None, help="episodes to play (default 10)")
-    ap.add_argument("--seed", type=int, default=None, help="seed of the first episode (default: fresh, 10_000_019)")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="seed of the first episode (default: fresh, 10_000_019)")
     ap.add_argument("--episode-length", type=int, default=None, help="time limit (default: the run's)")
     ap.add_argument("--backend", choices=["gymnasium", "brax"], default=None,
                     help="simulator (default: Brax for Brax runs, Gymnasium otherwise)")
@@ -157,9 +164,11 @@ def main(argv: list[str] | None = None) -> dict:
     recorded = None
     if args.reproduce:
         val = meta["validation"]
-        seed, episodes, recorded = int(val["validation_seed"]), int(val["validation_episodes"]), val["validation_return"]
+        seed, episodes, recorded = (int(val["validation_seed"]), int(val["validation_episodes"]),
+                                    val["validation_return"])
         if backend == "brax":
-            print("note: Brax episodes are keyed differently from training; --reproduce is exact on Gymnasium/MuJoCo")
+            print("note: Brax episodes are keyed differently from training; "
+                  "--reproduce is exact on Gymnasium/MuJoCo")
     else:
         seed = 10_000_019 if args.seed is None else args.seed
         episodes = args.episodes or 10
@@ -169,8 +178,9 @@ def main(argv: list[str] | None = None) -> dict:
         check_render()
     fn = replay_brax if backend == "brax" else replay_gymnasium
     returns = fn(policy, meta, episodes, seed, length, args.render)
-    out = {"env": meta["env"], "backend": backend, "episodes": episodes, "seed": seed, "episode_length": length,
-           "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)), "returns": returns}
+    out = {"env": meta["env"], "backend": backend, "episodes": episodes, "seed": seed,
+           "episode_length": length, "mean_return": float(np.mean(returns)),
+           "std_return": float(np.std(returns)), "returns": returns}
     if recorded is not None:
         out["recorded_return"] = recorded
     print(json.dumps(out))

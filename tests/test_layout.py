@@ -67,11 +67,12 @@ def test_no_private_names_across_modules():
         for target, names in imports(m, p, known):
             crossings += [f"{m} imports {target}.{n}" for n in names if n.startswith("_") and target != m]
         # a gprl module bound to a name in this file (``from gprl import envs``), then ``envs._name``
-        bound = {a.asname or a.name for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.ImportFrom)
-                 and (node.module or "").startswith("gprl") for a in node.names
-                 if f"{node.module}.{a.name}" in known}
+        bound = {a.asname or a.name for node in ast.walk(ast.parse(p.read_text()))
+                 if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gprl")
+                 for a in node.names if f"{node.module}.{a.name}" in known}
         for node in ast.walk(ast.parse(p.read_text())):
-            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__") \
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
+                    and not node.attr.startswith("__") \
                     and isinstance(node.value, ast.Name) and node.value.id in bound:
                 crossings.append(f"{m} uses {node.value.id}.{node.attr}")
     assert not crossings, "\n".join(crossings)

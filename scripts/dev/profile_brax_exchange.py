@@ -17,15 +17,16 @@ that do not import):
 * ``sync_import`` / ``sync_export`` / ``sync_both``: ``ours`` with the exchange ordered by the host instead of
   by stream events (torch's stream synchronised before the import; the export waits on the host)
 * ``raw_import_unordered``: ``raw_import`` without any stream ordering (timing only: the actions are ready
-  before the loop); ``raw_import_same_stream``: ``raw_import`` with torch's current stream set to the stream JAX
-  imports on (nothing to order between streams)
+  before the loop); ``raw_import_same_stream``: ``raw_import`` with torch's current stream set to the stream
+  JAX imports on (nothing to order between streams)
 * ``ours_keep`` / ``raw_import_keep``: ``ours`` / ``raw_import`` with each step's imported arrays and exported
   views kept alive for KEEP more steps (does releasing them right away make either side wait?)
 
 Also the host cost of each piece per call, and whether a raw step's dispatch returns before the GPU is done.
-Prints one JSON line (``BRAX {...}``). With ``--trace`` it also records a few steps of each loop with the torch
-profiler (CUPTI sees JAX's GPU work too) and adds, per loop and step: host time, GPU busy time, kernels, copies,
-and the CUDA runtime and driver calls that took the host's time (their sequence in one step, repeats merged).
+Prints one JSON line (``BRAX {...}``). With ``--trace`` it also records a few steps of each loop with the
+torch profiler (CUPTI sees JAX's GPU work too) and adds, per loop and step: host time, GPU busy time, kernels,
+copies, and the CUDA runtime and driver calls that took the host's time (their sequence in one step, repeats
+merged).
 
 Every loop runs the adapter's jitted functions, compiled with its options (CUDA graphs of any length;
 ``--no-cuda-graphs``: JAX's defaults, and whatever ``XLA_FLAGS`` says).
@@ -64,12 +65,14 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=150.0, help="stop sampling after this many seconds")
     ap.add_argument("--loops", nargs="+", default=None, help="loops to time (default: all)")
     ap.add_argument("--trace", action="store_true", help="also summarise a profiler trace of each loop")
-    ap.add_argument("--no-cuda-graphs", action="store_true", help="compile with JAX's defaults (cuda_graphs=False)")
+    ap.add_argument("--no-cuda-graphs", action="store_true",
+                    help="compile with JAX's defaults (cuda_graphs=False)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("profile_brax_exchange.py needs a CUDA device")
     n = args.num_envs
-    env = genvs.make(args.task, backend="brax", num_envs=n, device="cuda", seed=0, cuda_graphs=not args.no_cuda_graphs)
+    env = genvs.make(args.task, backend="brax", num_envs=n, device="cuda", seed=0,
+                     cuda_graphs=not args.no_cuda_graphs)
     gen = torch.Generator(device="cuda").manual_seed(0)
     bank = [torch.rand(n, env.act_dim, device="cuda", generator=gen) * 2 - 1 for _ in range(BANK)]
     jbank = [env.to_jax(b) for b in bank]
@@ -80,7 +83,8 @@ def main() -> None:
         return jax.dlpack.from_dlpack(t.contiguous())
 
     def unordered_import(t):  # jaxlib's import told nothing is pending: no stream ordering
-        return _jax.dlpack_managed_tensor_to_buffer(torch.utils.dlpack.to_dlpack(t), env.jax_device, None, None, 2)
+        return _jax.dlpack_managed_tensor_to_buffer(torch.utils.dlpack.to_dlpack(t), env.jax_device,
+                                                    None, None, 2)
 
     def sync_import(t):
         torch.cuda.current_stream().synchronize()  # the ordering done on the host
@@ -148,7 +152,8 @@ def main() -> None:
         "raw_import": lambda T: raw(T, imported=True), "raw_export": lambda T: raw(T, exported=True),
         "fused_import": lambda T: fused(T, imported=True), "fused_export": lambda T: fused(T, exported=True),
         "fused_both": lambda T: fused(T, imported=True, exported=True),
-        "public_import": lambda T: ours(T, imp=public_import), "sync_import": lambda T: ours(T, imp=sync_import),
+        "public_import": lambda T: ours(T, imp=public_import),
+        "sync_import": lambda T: ours(T, imp=sync_import),
         "sync_export": lambda T: ours(T, exp=sync_export),
         "sync_both": lambda T: ours(T, imp=sync_import, exp=sync_export),
         "ours_keep": lambda T: ours(T, imp=keeping(env.to_jax), exp=keeping(env.to_torch)),
@@ -196,7 +201,8 @@ def main() -> None:
     t2 = time.perf_counter()
     out = {
         "device": torch.cuda.get_device_name(), "task": args.task, "N": n, "jax": jax.__version__,
-        "compiler_options": env.compiler_options, "jaxlib_import": env._import is not None, "rounds": rounds, "steps_per_sample": args.steps,
+        "compiler_options": env.compiler_options, "jaxlib_import": env._import is not None, "rounds": rounds,
+        "steps_per_sample": args.steps,
         "ms_per_step_median": {k: round(statistics.median(v), 3) for k, v in samples.items()},
         "overhead_pct_paired": {k: round(statistics.median([(a / b - 1) * 100 for a, b in
                                                             zip(samples[k], samples["raw"])]), 2)
@@ -263,7 +269,8 @@ def _summarise(events: list, name: str) -> dict:
     width = (t1 - t0) * per_step
     a, b = t0 + width * (TRACE_STEPS // 2), t0 + width * (TRACE_STEPS // 2 + 1)
     sequence: list[list] = []
-    for e in sorted((e for e in inside if e.get("cat") in API_CATS and a <= e["ts"] < b), key=lambda e: e["ts"]):
+    for e in sorted((e for e in inside if e.get("cat") in API_CATS and a <= e["ts"] < b),
+                    key=lambda e: e["ts"]):
         if sequence and sequence[-1][0] == e["name"]:
             sequence[-1][1] += 1
             sequence[-1][2] += e["dur"]

@@ -92,7 +92,8 @@ def main() -> None:
                     help="fixed evaluation strategies, each profiled (default: the automatic choice)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
-        raise SystemExit("profile_fitness_calls.py needs a CUDA device (the CPU backend has no launches to profile)")
+        raise SystemExit("profile_fitness_calls.py needs a CUDA device "
+                         "(the CPU backend has no launches to profile)")
     buf = torch.zeros(16, device="cuda")
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "floor": {"event_us_one_launch": event_us(lambda: buf.add_(1)),

@@ -1,9 +1,9 @@
-"""Where a Genesis step's time goes on a GPU: our step with its after-physics phase replayed as a CUDA graph of
-fused (``torch.compile``) kernels, as a graph of the ops one by one, and run op by op, against Genesis' own loop
-(PD targets through its API + ``scene.step()``; ``raw_scene_step``: ``scene.step()`` alone, since our step
-writes the PD targets into Genesis' buffer itself); ``scene_step+<part>``: ``scene.step()`` and one part of our
-step in place (what it costs between Genesis' steps, against what it costs alone); the GPU time of one replay
-of each graph; the host time of the step's parts alone.
+"""Where a Genesis step's time goes on a GPU: our step with its after-physics phase replayed as a CUDA graph
+of fused (``torch.compile``) kernels, as a graph of the ops one by one, and run op by op, against Genesis' own
+loop (PD targets through its API + ``scene.step()``; ``raw_scene_step``: ``scene.step()`` alone, since our
+step writes the PD targets into Genesis' buffer itself); ``scene_step+<part>``: ``scene.step()`` and one part
+of our step in place (what it costs between Genesis' steps, against what it costs alone); the GPU time of one
+replay of each graph; the host time of the step's parts alone.
 
     python scripts/dev/profile_genesis_step.py --num-envs 1024        # JSON on stdout
 
@@ -81,7 +81,8 @@ def main() -> None:
         return time.perf_counter() - t0
 
     def scene_step_plus(part: Callable[[int], object]) -> Loop:
-        """``scene.step()`` and one part of our step, in place: what that part costs between Genesis' steps."""
+        """``scene.step()`` and one part of our step, in place:
+        what that part costs between Genesis' steps."""
 
         def steps() -> None:
             for i in range(args.steps):
@@ -103,7 +104,8 @@ def main() -> None:
              "scene_step+clone": scene_step_plus(lambda i: env._out.clone()),
              "scene_step+two_clones_and_unpack": scene_step_plus(lambda i: two_clones()),
              "scene_step+synchronize": scene_step_plus(lambda i: torch.cuda.synchronize()),
-             "scene_step+all_three": scene_step_plus(lambda i: (task.action.copy_(bank[i % 16]), fused(replay=True),
+             "scene_step+all_three": scene_step_plus(lambda i: (task.action.copy_(bank[i % 16]),
+                                                                fused(replay=True),
                                                                 env._unpack(env._out.clone())))}  # fmt: skip
     for loop in loops.values():  # warm-up
         timed(loop)
@@ -111,13 +113,15 @@ def main() -> None:
     for r in range(args.repeats):
         for name in list(loops) if r % 2 == 0 else list(loops)[::-1]:
             times[name].append(timed(loops[name]))
-    trace = {name: _host_profile(loops[name], args.steps) for name in ("raw", "raw_scene_step", "ours_fused_graph")
-             } if args.trace else None  # fmt: skip
+    trace = {name: _host_profile(loops[name], args.steps)
+             for name in ("raw", "raw_scene_step", "ours_fused_graph")} if args.trace else None  # fmt: skip
     env._after, env.cuda_graphs = fused, True
     us = {k: float(np.median(v)) / args.steps * 1e6 for k, v in times.items()}
-    overhead = {f"{k}_vs_{base}": float(np.median([100 * (a - b) / b for a, b in zip(v, times[base], strict=True)]))
+    overhead = {f"{k}_vs_{base}": float(np.median([100 * (a - b) / b
+                                                   for a, b in zip(v, times[base], strict=True)]))
                 for base in ("raw", "raw_scene_step") for k, v in times.items()
-                if k.startswith("ours") or base == "raw_scene_step" and k.startswith("scene_step+")}  # fmt: skip
+                if (k.startswith("ours")
+                    or base == "raw_scene_step" and k.startswith("scene_step+"))}  # fmt: skip
 
     def replay_gpu_us(g: _Graphed, reps: int = 200) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -158,7 +162,8 @@ def _host_profile(loop: Loop, steps: int, rows: int = 25) -> list[dict[str, floa
         run()
         torch.cuda.synchronize()
     events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:rows]
-    return [{"name": e.key, "calls_per_step": e.count / steps, "self_cpu_us_per_step": e.self_cpu_time_total / steps}
+    return [{"name": e.key, "calls_per_step": e.count / steps,
+             "self_cpu_us_per_step": e.self_cpu_time_total / steps}
             for e in events]  # fmt: skip
 
 

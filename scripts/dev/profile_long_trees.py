@@ -1,8 +1,8 @@
 """Is a small SR-fitness call's kernel time set by its longest trees? CUDA only; prints JSON.
 
-Per (P, D) cell of ``scripts/bench_eval.py``'s workload and per strategy, the GPU microseconds per call with the
-host ahead of the GPU (``profile_fitness_calls.behind_sleep_us``) for the population as it is, sorted longest
-first or shortest first, with its 1% longest trees replaced by a median tree, and for those 1% alone.
+Per (P, D) cell of ``scripts/bench_eval.py``'s workload and per strategy, the GPU microseconds per call with
+the host ahead of the GPU (``profile_fitness_calls.behind_sleep_us``) for the population as it is, sorted
+longest first or shortest first, with its 1% longest trees replaced by a median tree, and for those 1% alone.
 
     python scripts/dev/profile_long_trees.py
 """
@@ -39,12 +39,14 @@ def profile_cell(P: int, D: int) -> dict:
     variants = {"as_is": pop, "desc": pop[order], "asc": pop[order.flip(0)], "no_top1pct": pop[without_top],
                 "top1pct_only": pop[order[:top]]}
     quantiles = torch.tensor([0.5, 0.9, 0.99, 0.999], device="cuda")
-    cell = {"len_max": int(lengths.max()), "len_q50_90_99_999": torch.quantile(lengths.float(), quantiles).tolist(),
+    cell = {"len_max": int(lengths.max()),
+            "len_q50_90_99_999": torch.quantile(lengths.float(), quantiles).tolist(),
             "mean": float(lengths.float().mean())}
     for strat in STRATEGIES:
         for name, p in variants.items():
             try:
-                cell[f"{strat or 'auto'} {name}"] = behind_sleep_us(lambda p=p, s=strat: p.fitness(data, strategy=s))[1]
+                cell[f"{strat or 'auto'} {name}"] = behind_sleep_us(
+                    lambda p=p, s=strat: p.fitness(data, strategy=s))[1]
             except (RuntimeError, ValueError) as e:  # a strategy this shape cannot run
                 cell[f"{strat or 'auto'} {name}"] = str(e)[:80]
     return cell

@@ -47,12 +47,13 @@ def main() -> None:
     zeros = torch.zeros(P, dtype=torch.int32, device=dev)
     w = weights_tensor(VariationParams(), dev)
     per_op = {}
-    for name in ("copy", "crossover", "subtree", "hoist", "point", "multipoint", "insert", "delete", "constant"):
+    for name in ("copy", "crossover", "subtree", "hoist", "point", "multipoint", "insert", "delete",
+                 "constant"):
         op = torch.full((P,), OPS[name], dtype=torch.int32, device=dev)
         for max_depth in (17, 0):
             per_op[f"{name}/max_depth={max_depth}"] = round(cuda_ms(lambda op=op, md=max_depth: ops.vary(
-                *pop.tensors(), *pop.tensors(), parent, donor, op, zeros, zeros, w, 4, 1, md, 4, 0.1, 0.1, 0.1,
-                0.2, -1.0, 1.0, 0.3, 0.3, 123)), 4)
+                *pop.tensors(), *pop.tensors(), parent, donor, op, zeros, zeros, w, 4, 1, md, 4,
+                0.1, 0.1, 0.1, 0.2, -1.0, 1.0, 0.3, 0.3, 123)), 4)
     # the step's own mix of operators and parameters, with random parents and with the tournament's winners
     step_args = (*gp._vary_args, 123)
     mix = gp._op_codes[torch.searchsorted(gp._op_cdf, torch.rand(P, device=dev), right=True)]
@@ -89,7 +90,8 @@ def profile_steps(gp, pop, fit, device: bool, steps: int = 10) -> list[dict]:
         for _ in range(steps):
             gp.step(pop, fit)
         torch.cuda.synchronize()
-    rows = [{"name": e.key[:90], "us": round((e.device_time_total if device else e.self_cpu_time_total) / steps, 1),
+    rows = [{"name": e.key[:90],
+             "us": round((e.device_time_total if device else e.self_cpu_time_total) / steps, 1),
              "calls": e.count / steps} for e in prof.key_averages()]
     return sorted([r for r in rows if r["us"] > 0], key=lambda r: -r["us"])[:25]
 

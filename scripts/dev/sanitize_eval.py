@@ -17,7 +17,8 @@ ALL = list(gprl.functions.BY_NAME)
 
 
 def main() -> None:
-    dev = "cuda"  # besides the automatic path, every call names its strategy: no calibration under the sanitizer
+    # besides the automatic path, every call names its strategy: no calibration under the sanitizer
+    dev = "cuda"
     only = set(sys.argv[1:]) or set(gprl.strategy.IDS)
     auto = not sys.argv[1:]
     fit = [s for s in gprl.strategy.names("fitness") if s in only]
@@ -43,16 +44,19 @@ def main() -> None:
             pop.forward(torch.rand(300, 5, 4, device=dev))  # the policy path: [P, E, n_in] inputs
         pop.validate()
         pop.depths()
-    big = gprl.Population.random(5000, 4, max_len=64, functions=ALL, seed=0, device=dev)  # warp path, many trees
+    # warp path, many trees
+    big = gprl.Population.random(5000, 4, max_len=64, functions=ALL, seed=0, device=dev)
     if auto:
         big.fitness(torch.rand(200, 4, device=dev), torch.rand(200, device=dev), strategy="auto")
     if "warp" in fit:
         big.fitness(torch.rand(200, 4, device=dev), torch.rand(200, device=dev), strategy="warp")
-        big.fitness(torch.rand(5000, 4, device=dev), torch.rand(5000, device=dev), strategy="warp")  # not staged
+        # not staged
+        big.fitness(torch.rand(5000, 4, device=dev), torch.rand(5000, device=dev), strategy="warp")
     if "hybrid_r4" in fit:  # trees taken longest first, the sort over two chunks of its threads
         big.fitness(torch.rand(392, 4, device=dev), torch.rand(392, device=dev), strategy="hybrid_r4")
     for n_out in (100, 200):  # per-thread output buffers in shared memory near their 96 KiB bound
-        wide = gprl.Population.random(64, 4, n_out, max_len=64, functions=ALL, seed=0, output_prob=0.5, device=dev)
+        wide = gprl.Population.random(64, 4, n_out, max_len=64, functions=ALL, seed=0, output_prob=0.5,
+                                      device=dev)
         X, y = torch.rand(300, 4, device=dev), torch.rand(300, n_out, device=dev)
         if auto:
             wide.fitness(X, y, strategy="auto")  # 200: falls back to 32 threads of 1 row

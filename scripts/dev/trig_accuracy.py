@@ -37,9 +37,11 @@ def inputs(n: int, seed: int) -> dict[str, np.ndarray]:
     return {
         "uniform_pi": rng.uniform(-np.pi, np.pi, n).astype(f32),
         "uniform_2^20": rng.uniform(-(2.0**20), 2.0**20, n).astype(f32),
-        "log_magnitude_1e-30_2^20": (np.exp(rng.uniform(np.log(1e-30), np.log(2.0**20), n)) * sign(n)).astype(f32),
+        "log_magnitude_1e-30_2^20": (np.exp(rng.uniform(np.log(1e-30), np.log(2.0**20), n))
+                                     * sign(n)).astype(f32),
         "near_k_pi_2": np.concatenate(cols),
-        "beyond_2^20": (np.exp(rng.uniform(np.log(2.0**20), np.log(3.4e38), n // 4)) * sign(n // 4)).astype(f32),
+        "beyond_2^20": (np.exp(rng.uniform(np.log(2.0**20), np.log(3.4e38), n // 4))
+                        * sign(n // 4)).astype(f32),
     }
 
 
@@ -69,7 +71,8 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     sets = inputs(args.n, args.seed)
-    doc = {"benchmark": "trig_accuracy", "device": args.device, "machine": platform.processor() or platform.machine(),
+    doc = {"benchmark": "trig_accuracy", "device": args.device,
+           "machine": platform.processor() or platform.machine(),
            "reference": "numpy float64; ulp = float32 spacing at the exact value", "results": {}}
     for set_name, x in sets.items():
         for f in ("sin", "cos", "tan"):

@@ -22,7 +22,8 @@ def pair(P, n_in, n_out, seed, **kw):
 
 def test_generate_same_trees_as_cpu_and_repeatable():
     for method in ("grow", "full", "ramped"):
-        kw = {"max_len": 256, "method": method, "max_depth": 7, "functions": ALL, "output_prob": 0.5, "seed": 42}
+        kw = {"max_len": 256, "method": method, "max_depth": 7, "functions": ALL, "output_prob": 0.5,
+              "seed": 42}
         cpu = Population.random(5000, 6, 3, **kw)
         a = Population.random(5000, 6, 3, device="cuda", **kw)
         b = Population.random(5000, 6, 3, device="cuda", **kw)
@@ -57,8 +58,8 @@ def test_forward_and_fitness_equal_cpu(P, D, n_out):
         torch.testing.assert_close(gpu.forward(X.cuda()).cpu(), cpu.forward(X), rtol=1e-5, atol=1e-5)
     data_cpu, data_gpu = gprl.Dataset(X, y), gprl.Dataset(X, y, device="cuda")
     for metric in ("mse", "mae", "rmse"):
-        torch.testing.assert_close(gpu.fitness(data_gpu, metric=metric).cpu(), cpu.fitness(data_cpu, metric=metric),
-                                   rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(gpu.fitness(data_gpu, metric=metric).cpu(),
+                                   cpu.fitness(data_cpu, metric=metric), rtol=1e-5, atol=1e-6)
     w = torch.rand(D)
     torch.testing.assert_close(gpu.fitness(X.cuda(), y.cuda(), weight=w.cuda()).cpu(),
                                cpu.fitness(X, y, weight=w), rtol=1e-5, atol=1e-6)
@@ -94,7 +95,8 @@ def test_long_and_deep_trees_equal_cpu(max_len):
     X = torch.rand(5000, 3) * 0.5 + 0.75
     y = torch.rand(5000)
     for pop in (full, deep):
-        torch.testing.assert_close(pop.to("cuda").forward(X.cuda()).cpu(), pop.forward(X), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(pop.to("cuda").forward(X.cuda()).cpu(), pop.forward(X),
+                                   rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(pop.to("cuda").fitness(X.cuda(), y.cuda()).cpu(), pop.fitness(X, y),
                                    rtol=1e-4, atol=1e-5)
 
@@ -151,8 +153,9 @@ def with_edges(P, n_out, max_len, depth, seed):
     return Population.cat([pop, edge_trees(max_len, n_out)])
 
 
-# (P, D, max_len, max_depth): D from 1 to 100_000, trees up to max_len 1024 (stacks past 256: 1 row per thread);
-# from 256 trees, whole-tree blocks take the trees longest first (5,000: the sort's threads hold two chunks)
+# (P, D, max_len, max_depth): D from 1 to 100_000, trees up to max_len 1024 (stacks past 256: 1 row per
+# thread); from 256 trees, whole-tree blocks take the trees longest first (5,000: the sort's threads hold two
+# chunks)
 STRATEGY_CASES = [(300, 1, 64, 5), (300, 37, 1024, 9), (257, 1000, 256, 8), (100, 5000, 1024, 9),
                   (2100, 1000, 64, 6), (5000, 392, 64, 6), (40, 100_000, 1024, 9)]
 
@@ -195,14 +198,16 @@ def test_every_strategy_equals_cpu_and_is_deterministic(P, D, max_len, depth, n_
         assert_close(Y, expect_y, f"forward {s}", atol=atol)
         # same functions on the same operands, outputs summed in the same order: equal bits across strategies
         first = Y if first is None else first
-        torch.testing.assert_close(Y, first, rtol=0, atol=0, equal_nan=True, msg=lambda e, s=s: f"forward {s}: {e}")
+        torch.testing.assert_close(Y, first, rtol=0, atol=0, equal_nan=True,
+                                   msg=lambda e, s=s: f"forward {s}: {e}")
 
 
 @pytest.mark.parametrize("n_out", [17, 60, 200])
 def test_many_outputs_every_strategy(n_out):
     # multi-output fitness keeps threads x rows x n_out floats in shared memory (96 KiB): a hybrid strategy
     # over it is an error (Python and C++), auto falls back to fewer rows
-    cpu = Population.random(150, 4, n_out, max_len=128, max_depth=7, functions=SMOOTH, output_prob=0.6, seed=n_out)
+    cpu = Population.random(150, 4, n_out, max_len=128, max_depth=7, functions=SMOOTH, output_prob=0.6,
+                            seed=n_out)
     gpu = cpu.to("cuda")
     X, y = torch.rand(1500, 4) * 2 - 1, torch.randn(1500, n_out)
     data_g = gprl.Dataset(X, y, device="cuda")
@@ -252,7 +257,8 @@ def test_malformed_trees_give_nan_for_every_strategy(copies):
             Y = ops.forward(*pop.tensors(), Xt, 1, 4, sid).view(copies, 4, 70)
             assert torch.isnan(Y[:, 0]).all() and torch.isnan(Y[:, 3]).all(), s
             assert (Y[:, 1] == 1.0).all() and (Y[:, 2] == 1.0).all(), s
-    Yb = ops.forward_batched(*pop.tensors(), torch.ones(4 * copies, 5, 2, device="cuda"), 1, 4).view(copies, 4, 5)
+    Yb = ops.forward_batched(*pop.tensors(),
+                             torch.ones(4 * copies, 5, 2, device="cuda"), 1, 4).view(copies, 4, 5)
     assert torch.isnan(Yb[:, 0]).all() and torch.isnan(Yb[:, 3]).all() and (Yb[:, 1] == 1.0).all()
     torch.cuda.synchronize()
 

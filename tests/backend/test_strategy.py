@@ -65,9 +65,11 @@ def small_problem():
 # ---- names and overrides ----
 def test_strategy_names_are_validated():
     pop, data, X = small_problem()
-    with pytest.raises(ValueError, match=r"\['auto', 'level', 'warp', 'hybrid_r1', 'hybrid_r2', 'hybrid_r4'\]"):
+    with pytest.raises(ValueError,
+                       match=r"\['auto', 'level', 'warp', 'hybrid_r1', 'hybrid_r2', 'hybrid_r4'\]"):
         pop.fitness(data, strategy="fastest")
-    with pytest.raises(ValueError, match=r"not a strategy of forward; choose one of \['auto', 'level', 'hybrid_r1'"):
+    with pytest.raises(ValueError,
+                       match=r"not a strategy of forward; choose one of \['auto', 'level', 'hybrid_r1'"):
         pop.forward(X, strategy="warp")  # warp is fitness's only
     with pytest.raises(ValueError, match="per-tree rows"):
         pop.forward(X[None].expand(30, -1, -1), strategy="hybrid_r2")
@@ -78,7 +80,8 @@ def test_strategy_names_are_validated():
     with pytest.raises(ValueError, match="not a strategy"):
         pop.fitness(data, strategy=3)
     multi = Population.random(30, 3, 2, max_len=32, seed=0)
-    with pytest.raises(ValueError, match=r"single-output.*\['auto', 'level', 'hybrid_r1', 'hybrid_r2', 'hybrid_r4'\]"):
+    with pytest.raises(ValueError,
+                       match=r"single-output.*\['auto', 'level', 'hybrid_r1', 'hybrid_r2', 'hybrid_r4'\]"):
         multi.fitness(X, torch.rand(50, 2), strategy="warp")
     assert gprl.get_strategy() is None
 
@@ -93,10 +96,12 @@ def test_kernels_check_strategy_ids():
     for sid in (-1, 2, 3, 4, 5):
         assert torch.equal(torch.ops.gprl.forward(*fwd, sid), base_fwd)
     for bad in (0, 6, 7, -2, 1 << 40):
-        with pytest.raises(RuntimeError, match=r"strategy .* valid ids: -1 \(auto\), 1 \(warp\), 2 \(hybrid_r1\)"):
+        with pytest.raises(RuntimeError,
+                           match=r"strategy .* valid ids: -1 \(auto\), 1 \(warp\), 2 \(hybrid_r1\)"):
             torch.ops.gprl.fitness(*args, bad)
     for bad in (0, 1, 6, -2):
-        with pytest.raises(RuntimeError, match=r"not a strategy of forward; valid ids: -1 \(auto\), 2 \(hybrid_r1\)"):
+        with pytest.raises(RuntimeError,
+                           match=r"not a strategy of forward; valid ids: -1 \(auto\), 2 \(hybrid_r1\)"):
             torch.ops.gprl.forward(*fwd, bad)
     multi = Population.random(30, 3, 2, max_len=32, seed=0)
     d2 = gprl.Dataset(X, torch.rand(50, 2))
@@ -238,7 +243,8 @@ def test_shared_memory_bound_of_multi_output_hybrids():
     assert strategy.unavailable("fitness", "hybrid_r4", 100_000, 48) is None
     assert "shared memory" in strategy.unavailable("fitness", "hybrid_r4", 100_000, 49)
     assert strategy.unavailable("fitness", "hybrid_r4", 100, 150) is None  # 32 threads
-    assert strategy.unavailable("forward", "hybrid_r4", 100_000, 256) is None  # forward keeps no outputs in smem
+    # forward keeps no outputs in smem
+    assert strategy.unavailable("forward", "hybrid_r4", 100_000, 256) is None
     assert strategy.hybrid_threads(1, 4) == 32 and strategy.hybrid_threads(200, 1) == 128
     assert strategy.hybrid_threads(200, 4) == 64
     m = CostModel({"fitness": calibrate("fitness", fake_time_fn)})
@@ -252,7 +258,8 @@ def test_level_strategy_takes_max_len_up_to_1024():
     assert "max_len up to 1024" in strategy.unavailable("forward", "level", 60, 1, max_len=1025)
     with pytest.raises(ValueError, match="max_len up to 1024"):
         strategy.choose("fitness", "level", CUDA0, 100, 60, 1, 4096)
-    assert strategy.choose("fitness", "level", torch.device("cpu"), 100, 60, 1, 4096) == IDS["level"]  # CPU: checked name only
+    # CPU: checked name only
+    assert strategy.choose("fitness", "level", torch.device("cpu"), 100, 60, 1, 4096) == IDS["level"]
 
 
 def test_failed_strategy_probe_never_wins():
@@ -275,7 +282,8 @@ def test_calibrated_once_cached_and_memoised(monkeypatch, tmp_path):
     monkeypatch.setattr(strategy, "_time_fn_factory", factory)
     assert strategy.auto("fitness", CUDA0, 1024, 512) == true_best("fitness", 1024, 512)
     assert strategy.choose("fitness", None, CUDA0, 16384, 64) == IDS[true_best("fitness", 16384, 64)]
-    assert strategy.choose("fitness", None, CUDA0, 1030, 512) == strategy.choose("fitness", None, CUDA0, 1200, 512)
+    assert (strategy.choose("fitness", None, CUDA0, 1030, 512)
+            == strategy.choose("fitness", None, CUDA0, 1200, 512))
     assert strategy.auto("fitness", CUDA0, 4096, 64, n_out=16) == true_best("fitness", 4096, 64, 16)
     assert strategy.auto("fitness", CUDA0, 4096, 100_000, n_out=256, max_len=4096) is None  # no strategy fits
     assert strategy.choose("fitness", None, CUDA0, 4096, 100_000, 256, 4096) == strategy.AUTO
@@ -284,7 +292,8 @@ def test_calibrated_once_cached_and_memoised(monkeypatch, tmp_path):
     files = list((tmp_path / "strategy").glob("*.json"))
     assert len(files) == 1
     doc = json.loads(files[0].read_text())
-    assert doc["device"] == "FakeGPU 0" and doc["torch"] == torch.__version__ and doc["kernels"].startswith("gprl_ops_")
+    assert (doc["device"] == "FakeGPU 0" and doc["torch"] == torch.__version__
+            and doc["kernels"].startswith("gprl_ops_"))
     assert set(doc["tables"]) == {"fitness", "forward"}
     assert set(doc["tables"]["fitness"]["seconds"]) == set(names("fitness"))
 

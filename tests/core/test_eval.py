@@ -46,7 +46,8 @@ def test_every_function_alone_matches_reference():
 
 
 def test_protected_functions_at_their_edges():
-    X = torch.tensor([[0.0, 1e-7], [-1e-7, 2.0], [0.5, -0.0], [1e30, 1e30], [-1e30, 88.8]], dtype=torch.float32)
+    X = torch.tensor([[0.0, 1e-7], [-1e-7, 2.0], [0.5, -0.0], [1e30, 1e30], [-1e30, 88.8]],
+                     dtype=torch.float32)
     exprs = ["pdiv(x0, x1)", "pinv(x0)", "plog(x0)", "sqrt(Abs(x0))", "Abs(x0)**x1", "exp(x1)", "x0*x1",
              "pdiv(x1, x0)"]
     pop = Population.from_expressions(exprs, n_in=2)
@@ -82,8 +83,8 @@ def fig6_tree():
             kind.append(3); code.append(BY_NAME[e[0]].id); out.append(0); value.append(0.0)
     size = [13, 3, 1, 1, 9, 1, 7, 1, 5, 3, 1, 1, 1]
     t = lambda v, d: torch.tensor([v], dtype=d)
-    return Population(t(kind, torch.uint8), t(code, torch.int16), t(out, torch.uint8), t(value, torch.float32),
-                      t(size, torch.int16), n_in=5, n_out=3).check()
+    return Population(t(kind, torch.uint8), t(code, torch.int16), t(out, torch.uint8),
+                      t(value, torch.float32), t(size, torch.int16), n_in=5, n_out=3).check()
 
 
 def test_modi_semantics_fig6():
@@ -146,7 +147,8 @@ def test_fitness_is_deterministic():
 
 
 def test_fitness_and_forward_do_not_depend_on_threads():
-    # enough work for the CPU kernels to use every thread; jobs are handed out dynamically, results must not move
+    # enough work for the CPU kernels to use every thread; jobs are handed out dynamically,
+    # results must not move
     pop = random_population(400, 3, 2, seed=6, max_len=64, max_depth=6)
     X = torch.from_numpy(ref.random_inputs(np.random.default_rng(6), (3000, 3)))
     y = torch.randn(3000, 2)
@@ -172,14 +174,17 @@ def _ulps(got: np.ndarray, x: np.ndarray, fn) -> np.ndarray:
 
 @pytest.mark.parametrize("name", ["sin", "cos", "tan"])
 def test_trig_accuracy_in_ulps(name):
-    # The CPU rows compute sin/cos/tan with their own vectorised code up to |x| = 2^20 (kernels/trig_cpu.h) and
-    # with libm beyond it. Inputs: uniform, log-uniform magnitudes, the floats nearest to multiples of pi/2
-    # (where the argument reduction cancels) and beyond 2^20, shuffled so both paths share chunks of rows.
+    # The CPU rows compute sin/cos/tan with their own vectorised code up to |x| = 2^20 (kernels/trig_cpu.h)
+    # and with libm beyond it. Inputs: uniform, log-uniform magnitudes, the floats nearest to multiples of
+    # pi/2 (where the argument reduction cancels) and beyond 2^20, shuffled so both paths share chunks of
+    # rows.
     rng = np.random.default_rng(0)
     sign = lambda n: rng.choice([-1.0, 1.0], n)
     near = (rng.integers(-667_000, 667_000, 30_000) * (np.pi / 2)).astype(np.float32)
-    near = np.concatenate([near, np.nextafter(near, np.float32(np.inf)), np.nextafter(near, np.float32(-np.inf))])
-    x = np.concatenate([rng.uniform(-10, 10, 100_000), np.exp(rng.uniform(-69, np.log(2.0**20), 100_000)) * sign(100_000),
+    near = np.concatenate([near, np.nextafter(near, np.float32(np.inf)),
+                           np.nextafter(near, np.float32(-np.inf))])
+    x = np.concatenate([rng.uniform(-10, 10, 100_000),
+                        np.exp(rng.uniform(-69, np.log(2.0**20), 100_000)) * sign(100_000),
                         near, np.exp(rng.uniform(np.log(2.0**20), 88, 20_000)) * sign(20_000),
                         [0.0, -0.0, 1e-45, -1e-45, 2.0**20, -(2.0**20), 3.4028235e38, -3.4028235e38]])
     x = x.astype(np.float32)
@@ -194,7 +199,7 @@ def test_trig_accuracy_in_ulps(name):
 
 
 def test_trig_of_non_finite_values():
-    # Population.forward rejects NaN and inf inputs; the op passes them on as NaN, as libm's sinf/cosf/tanf did
+    # Population.forward rejects NaN and inf inputs; the op passes them on as NaN, as libm's sinf/cosf/tanf do
     x = torch.tensor([[np.nan, np.inf, -np.inf, 1.0, np.nan]])
     for name in ("sin", "cos", "tan"):
         pop = Population.from_expressions([f"{name}(x0)"], n_in=1)

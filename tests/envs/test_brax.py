@@ -264,7 +264,8 @@ def test_gpu_cuda_graphs_step_as_jax_defaults() -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     n, steps = 512, 5
-    envs = [genvs.make("hopper", backend="brax", num_envs=n, device="cuda", cuda_graphs=g) for g in (True, False)]
+    envs = [genvs.make("hopper", backend="brax", num_envs=n, device="cuda", cuda_graphs=g)
+            for g in (True, False)]
     assert envs[0].compiler_options is not None and envs[1].compiler_options is None
     gen = torch.Generator(device="cuda").manual_seed(0)
     actions = [torch.rand(n, envs[0].act_dim, device="cuda", generator=gen) * 2 - 1 for _ in range(steps)]

@@ -132,7 +132,8 @@ def test_fused_step_equals_the_base_class_path() -> None:
     """GenesisEnv.step (the phases with the episode rules on the device) gives what VecEnv.step gives with the
     task's ops one by one: the same outputs bit for bit, NaN and out-of-bound actions, termination masking
     and truncation at the episode length included; the outputs are fresh tensors."""
-    fused, base = (genvs.make("cartpole_balance", backend="genesis", num_envs=4, device="cpu", episode_length=30)
+    fused, base = (genvs.make("cartpole_balance", backend="genesis", num_envs=4, device="cpu",
+                              episode_length=30)
                    for _ in range(2))  # fmt: skip
     gen = torch.Generator().manual_seed(0)
     push = torch.tensor([[3.0], [-3.0], [0.0], [0.0]])  # the first two fall, the others reach the time limit
@@ -225,8 +226,8 @@ def test_gpu_own_tensors_and_no_host_transfers() -> None:
     # with action latency the whole step is after the physics: one graph
     assert env.cuda_graphs and env._after.graph is not None and env._before.graph is None
     assert env._after.compiled() is not env._after.fn, "torch.compile failed: the graph replays unfused ops"
-    state = [task.action, task.actions, task.last_actions, task.targets, task.ctrl_pos, env._values, env._flags,
-             env._steps]  # fmt: skip
+    state = [task.action, task.actions, task.last_actions, task.targets, task.ctrl_pos, env._values,
+             env._flags, env._steps]  # fmt: skip
     task.action.copy_(torch.rand(n, 12, device="cuda") * 300 - 150)
     task.action[0, 0] = float("nan")
     env._flags[0, :10] = True  # ended episodes: masked rewards, flags kept

@@ -37,8 +37,8 @@ def _check_protocol(env: genvs.VecEnv, n: int) -> None:
 @pytest.mark.parametrize(
     "name,backend",
     [("CartPole-v1", "gymnasium"), ("Pendulum-v1", "gymnasium"), ("MountainCarContinuous-v0", "gymnasium"),
-     ("Acrobot-v1", "gymnasium"), ("FrozenLake-v1", "gymnasium"), ("hopper", "gymnasium"), ("hopper", "mujoco"),
-     ("ant", "mujoco"), ("Reacher-v5", "mujoco")],
+     ("Acrobot-v1", "gymnasium"), ("FrozenLake-v1", "gymnasium"), ("hopper", "gymnasium"),
+     ("hopper", "mujoco"), ("ant", "mujoco"), ("Reacher-v5", "mujoco")],
 )  # fmt: skip
 def test_protocol_shapes_dtypes_devices(name: str, backend: str) -> None:
     with genvs.make(name, backend=backend, num_envs=3) as env:
@@ -260,10 +260,12 @@ def test_missing_optional_dependency_names_the_extra(monkeypatch: pytest.MonkeyP
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["mujoco", "gymnasium"])
 def test_cpu_simulators_hand_over_tensors_on_cuda(backend: str) -> None:
-    """device="cuda" (no index) is the device tensors report, so the policy's actions pass the device check."""
+    """device="cuda" (no index) is the device tensors report,
+    so the policy's actions pass the device check."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     env = genvs.make("hopper", backend=backend, num_envs=4, device="cuda", seed=0)
     assert env.device == torch.device("cuda", torch.cuda.current_device())
-    res = genvs.rollout(env, lambda o: torch.zeros(4, 1, env.act_dim, device=o.device), 4, max_steps=5, seed=0)
+    res = genvs.rollout(env, lambda o: torch.zeros(4, 1, env.act_dim, device=o.device), 4, max_steps=5,
+                        seed=0)
     assert res.returns.is_cuda and res.returns.shape == (4, 1)

@@ -12,8 +12,8 @@ QUARTIC_Y = (QUARTIC_X ** 4 + QUARTIC_X ** 3 + QUARTIC_X ** 2 + QUARTIC_X)[:, 0]
 
 
 def quartic_gp(seed, **kw):
-    return GeneticProgramming(1, pop_size=500, max_len=128, functions=["add", "sub", "mul", "div"], const_prob=0.0,
-                              seed=seed, **kw)
+    return GeneticProgramming(1, pop_size=500, max_len=128, functions=["add", "sub", "mul", "div"],
+                              const_prob=0.0, seed=seed, **kw)
 
 
 def test_elitism_keeps_the_best_bit_for_bit_and_nan_is_never_elite():
@@ -50,8 +50,8 @@ def test_archive_keeps_best_loss_per_length_and_its_front():
 def test_same_seed_same_population_after_50_generations(selection):
     def run(seed):
         gp = GeneticProgramming(1, pop_size=200, max_len=48, max_depth=10, selection=selection, seed=seed,
-                                parsimony=0.001, rates={**gprl.evolve.algorithm.DEFAULT_RATES, "crossover": 0.7,
-                                                        "subtree": 0.1})
+                                parsimony=0.001, rates={**gprl.evolve.algorithm.DEFAULT_RATES,
+                                                        "crossover": 0.7, "subtree": 0.1})
         pop = gp.init()
         for _ in range(50):
             err = (pop.forward(QUARTIC_X)[:, :, 0] - QUARTIC_Y).abs()
@@ -141,7 +141,8 @@ def reference_archive_update(archive, population, loss):
     first = torch.full((L1,), P).scatter_reduce(0, length, torch.where(hit, torch.arange(P), P), "amin")
     take = (best < archive.loss) & (first < P)
     rows = first.clamp(max=P - 1)
-    trees = [torch.where(take[:, None], t[rows], a) for t, a in zip(population.tensors(), archive.trees.tensors())]
+    trees = [torch.where(take[:, None], t[rows], a)
+             for t, a in zip(population.tensors(), archive.trees.tensors())]
     return trees, torch.where(take, best, archive.loss)
 
 

@@ -93,6 +93,6 @@ def test_opcheck_vary_cuda():
     i = torch.arange(64, device="cuda")
     z = torch.zeros(64, dtype=torch.int32, device="cuda")
     op = (i % len(OPS)).int()
-    args = (*pop.tensors(), *pop.tensors(), i, i.flip(0), op, z, z, torch.ones(len(ALL), device="cuda"), 2, 2, 8,
-            4, 0.1, 0.2, 0.1, 0.2, -1.0, 1.0, 0.3, 0.3, 5)
+    args = (*pop.tensors(), *pop.tensors(), i, i.flip(0), op, z, z, torch.ones(len(ALL), device="cuda"), 2, 2,
+            8, 4, 0.1, 0.2, 0.1, 0.2, -1.0, 1.0, 0.3, 0.3, 5)
     torch.library.opcheck(torch.ops.gprl.vary, args)

@@ -36,8 +36,10 @@ def test_elites_per_island_and_migration_ring():
     gp = GeneticProgramming(I, pop_size=I * S, max_len=16, islands=I, migration_interval=1, migrants=m,
                             elitism=e, rates={"constant": 1.0}, seed=1)
     # every tree a distinct constant, so copies are recognisable; loss = its position, shuffled per island
-    pop = Population.from_expressions([f"{0.01 * k:.2f} + x{k // S}" for k in range(I * S)], n_in=I, max_len=16)
-    loss = torch.cat([torch.randperm(S, generator=torch.Generator().manual_seed(i)).float() for i in range(I)])
+    pop = Population.from_expressions([f"{0.01 * k:.2f} + x{k // S}" for k in range(I * S)], n_in=I,
+                                      max_len=16)
+    loss = torch.cat([torch.randperm(S, generator=torch.Generator().manual_seed(i)).float()
+                      for i in range(I)])
     gp.step(pop, loss)  # generation 0: no migration
     out = gp.step(pop, loss)  # generation 1: migration
     for i in range(I):
@@ -54,7 +56,8 @@ def test_elites_per_island_and_migration_ring():
 
 def test_one_island_is_the_panmictic_step():
     kw = {"pop_size": 60, "max_len": 32, "seed": 5, "elitism": 3}
-    a, b = GeneticProgramming(2, **kw), GeneticProgramming(2, islands=1, migrants=2, migration_interval=1, **kw)
+    a, b = (GeneticProgramming(2, **kw),
+            GeneticProgramming(2, islands=1, migrants=2, migration_interval=1, **kw))
     X = torch.linspace(-1, 1, 20)[:, None].repeat(1, 2)
     y = X[:, 0] ** 2
     pa = pb = a.init()

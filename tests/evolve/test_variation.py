@@ -43,7 +43,8 @@ def test_exchange_matches_reference_splice():
     donor = rng.integers(0, len(b), len(a))
     node = (rng.random(len(a)) * la).astype(np.int32)
     dnode = (rng.random(len(a)) * lb[donor]).astype(np.int32)
-    child = gprl.subtree_exchange(a, torch.from_numpy(node), b, torch.from_numpy(donor), torch.from_numpy(dnode))
+    child = gprl.subtree_exchange(a, torch.from_numpy(node), b, torch.from_numpy(donor),
+                                  torch.from_numpy(dnode))
     ra, rb, rc = ref.rows(a), ref.rows(b), ref.rows(child)
     changed = 0
     for t in range(len(a)):
@@ -139,7 +140,8 @@ def test_point_mutations_keep_shape_and_respect_the_function_set():
     params = VariationParams(functions=["add", "sin", "if"], multi_prob=0.5, const_range=(5.0, 6.0))
     for op in ("point", "multipoint"):
         child = vary(a, op, params=params, seed=10)
-        assert torch.equal(child.size, a.size) and torch.equal(child.kind, a.kind) and torch.equal(child.out, a.out)
+        assert (torch.equal(child.size, a.size) and torch.equal(child.kind, a.kind)
+                and torch.equal(child.out, a.out))
         assert torch.equal(child.arities(), a.arities())
         changed = (child.code != a.code) | (child.value != a.value)
         per_tree = changed.sum(1)

@@ -18,7 +18,8 @@ def run(tmp_path, *args):
 
 def test_grid_runs_and_merge_shape(tmp_path):
     doc = run(tmp_path, "--pop", "20", "40", "--rows", "60", "100", "--budget", "0.2", "--repeats", "2",
-              "--generations", "2", "--run-pop", "30", "--feynman-rows", "200", "--plot", str(tmp_path / "p.png"))
+              "--generations", "2", "--run-pop", "30", "--feynman-rows", "200",
+              "--plot", str(tmp_path / "p.png"))
     assert doc["benchmark"] == "compare" and doc["machine"]["threads"] >= 1
     assert doc["versions"]["gprl"] and doc["versions"]["torch"]
     grid = doc["grid"]["results"]
@@ -38,7 +39,8 @@ def test_grid_runs_and_merge_shape(tmp_path):
 
     # a second document merged in: its rows are added once, marked with their source
     other = tmp_path / "other.json"
-    other.write_text(json.dumps({**doc, "grid": {"results": [{**grid[0], "engine": "pyoperon", "gpops": 1.0}]},
+    other.write_text(json.dumps({**doc,
+                                 "grid": {"results": [{**grid[0], "engine": "pyoperon", "gpops": 1.0}]},
                                  "runs": {"results": []}}))
     merged = run(tmp_path, "--no-grid", "--no-runs", "--merge", str(other))
     assert [(r["engine"], r["source"]) for r in merged["grid"]["results"]] == [("pyoperon", str(other))]

@@ -52,7 +52,8 @@ def test_one_mujoco_task_end_to_end(tmp_path, capsys):
 
     metrics = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
     curve = rec["curve"]
-    assert [p["generation"] for p in curve] == list(range(rec["generations"])) == [m["generation"] for m in metrics]
+    assert ([p["generation"] for p in curve] == list(range(rec["generations"]))
+            == [m["generation"] for m in metrics])
     assert [p["best_so_far"] for p in curve] == [m["best_so_far"] for m in metrics]
     assert curve[-1]["best_so_far"] == rec["best_train_return"]
     walls = [p["wall_s"] for p in curve]

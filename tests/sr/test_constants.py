@@ -1,6 +1,6 @@
-"""Local constant optimisation (gprl.evolve.constants): Levenberg–Marquardt on trees' constants against known optima
-(scikit-learn's unpenalised logistic regression, least squares, least absolute deviations), the regression
-objective's derivatives, the monotone loss guarantee, and the classifier and regressor options."""
+"""Local constant optimisation (gprl.evolve.constants): Levenberg–Marquardt on trees' constants against known
+optima (scikit-learn's unpenalised logistic regression, least squares, least absolute deviations), the
+regression objective's derivatives, the monotone loss guarantee, and the classifier and regressor options."""
 
 import numpy as np
 import pytest
@@ -73,7 +73,8 @@ def test_constant_slots_and_best_distinct():
 def test_classifier_option_keeps_the_formula_exact():
     data = gprl.datasets.load("breast_cancer", seed=0)
     kw = {"population_size": 200, "generations": 8, "random_state": 0}
-    est = gprl.SymbolicClassifier(optimize_constants=4, optimize_every=2, **kw).fit(data.X_train, data.y_train)
+    est = gprl.SymbolicClassifier(optimize_constants=4, optimize_every=2, **kw).fit(data.X_train,
+                                                                                     data.y_train)
     plain = gprl.SymbolicClassifier(**kw).fit(data.X_train, data.y_train)
     assert est.equations_["loss"].min() < plain.equations_["loss"].min()
     symbols = [sympy.Symbol(f"x{k}", real=True) for k in range(data.n_features)]
@@ -103,7 +104,8 @@ def _weighted_lstsq(F, y, w=None):
 
 
 def _reference_loss(out, y, w, metric):
-    """The kernel's loss from outputs [P, D, M] in float64 torch: weighted mean over rows, mean over outputs."""
+    """The kernel's loss from outputs [P, D, M] in float64 torch:
+    weighted mean over rows, mean over outputs."""
     e = out - y[None]
     m = ((e.abs() if metric == "mae" else e * e) * w[None, :, None]).sum(1) / w.sum()
     return (m.sqrt() if metric == "rmse" else m).mean(-1)
@@ -116,7 +118,8 @@ def test_regression_terms_are_the_gradient_of_the_kernel_loss(metric, weighted):
     Y = np.column_stack([y, X[:, 0] - X[:, 1]])
     w = np.random.default_rng(1).uniform(0.2, 2.0, len(y)) if weighted else None
     objective = gprl.RegressionObjective(X, Y, w, metric=metric)
-    trees = gprl.Population.from_expressions([["0.5*x0*x0 + 0.1*x1 - 0.3", "x0 + 0.2"], ["x1", "x0*x1"]], n_in=2)
+    trees = gprl.Population.from_expressions([["0.5*x0*x0 + 0.1*x1 - 0.3", "x0 + 0.2"], ["x1", "x0*x1"]],
+                                             n_in=2)
     out = trees.forward(objective.data.X).double().requires_grad_()
     ww = torch.ones(len(y), dtype=torch.float64) if w is None else objective.data.weight.double()
     loss = _reference_loss(out, objective.data.y.double(), ww, metric)
@@ -125,7 +128,8 @@ def test_regression_terms_are_the_gradient_of_the_kernel_loss(metric, weighted):
     g, h = objective.gauss_newton_terms(out.detach())
     assert g.dtype == h.dtype == torch.float64 and h.shape == (2, 120, 2, 2)
     np.testing.assert_allclose(g.numpy(), grad.numpy(), rtol=1e-9, atol=1e-15)
-    assert (h.diagonal(dim1=2, dim2=3) >= 0).all() and (h.sum((2, 3)) == h.diagonal(dim1=2, dim2=3).sum(-1)).all()
+    assert ((h.diagonal(dim1=2, dim2=3) >= 0).all()
+            and (h.sum((2, 3)) == h.diagonal(dim1=2, dim2=3).sum(-1)).all())
     if metric == "mse":  # exact: the loss is quadratic in the outputs
         M, W = 2, ww.sum()
         np.testing.assert_allclose(h.diagonal(dim1=2, dim2=3).numpy(),
@@ -205,7 +209,8 @@ def test_regressor_option_lowers_the_loss_and_keeps_the_formula_exact():
         tuned_losses.append(est.equations_["loss"].min())
         plain_losses.append(plain.equations_["loss"].min())
         symbols = [sympy.Symbol(f"x{k}", real=True) for k in range(2)]
-        f = sympy.lambdify(symbols, est.sympy(protected=True), modules=[gprl.functions.NUMPY_FUNCTIONS, "numpy"])
+        f = sympy.lambdify(symbols, est.sympy(protected=True),
+                           modules=[gprl.functions.NUMPY_FUNCTIONS, "numpy"])
         pred = est.predict(X)
         np.testing.assert_allclose(np.broadcast_to(f(*X.T), pred.shape), pred, rtol=1e-4,
                                    atol=1e-4 * (1 + np.abs(pred).max()))
@@ -216,12 +221,14 @@ def test_regressor_option_lowers_the_loss_and_keeps_the_formula_exact():
 def test_constant_options_follow_the_sklearn_contract(Est):
     est = Est(optimize_constants=3, optimize_every=2, optimizer_iterations=5)
     params = est.get_params()
-    assert (params["optimize_constants"], params["optimize_every"], params["optimizer_iterations"]) == (3, 2, 5)
+    assert ((params["optimize_constants"], params["optimize_every"], params["optimizer_iterations"])
+            == (3, 2, 5))
     assert clone(est).get_params() == params
     est.set_params(optimize_constants=0, optimizer_iterations=1)
     assert (est.optimize_constants, est.optimizer_iterations) == (0, 1)
     default = Est().get_params()
-    assert (default["optimize_constants"], default["optimize_every"], default["optimizer_iterations"]) == (0, 1, 8)
+    assert ((default["optimize_constants"], default["optimize_every"], default["optimizer_iterations"])
+            == (0, 1, 8))
     X, y = _quadratic_data(n=40)
     y = y if Est is gprl.SymbolicRegressor else (y > np.median(y)).astype(int)
     for name, bad in (("optimize_constants", -1), ("optimize_constants", 1.5), ("optimize_constants", True),

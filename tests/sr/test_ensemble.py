@@ -33,7 +33,8 @@ def test_ensemble_formula_is_the_mean_of_its_members(name):
     rows = []
     for i in est.members_:
         e = est.sympy(index=int(i), protected=True)
-        rows.append(np.stack([_evaluate(x, data.X_test) for x in (e if isinstance(e, list) else [e])], axis=1))
+        rows.append(np.stack([_evaluate(x, data.X_test) for x in (e if isinstance(e, list) else [e])],
+                             axis=1))
     np.testing.assert_allclose(np.mean(rows, axis=0), dec, rtol=1e-3, atol=1e-3 * (1 + np.abs(dec).max()))
     assert isinstance(est.latex(), (str, list))
 

@@ -100,7 +100,8 @@ def test_multi_target_regression_uses_multi_output_trees():
     rng = np.random.default_rng(3)
     X = rng.uniform(-1, 1, (100, 2))
     Y = np.column_stack([X[:, 0] * X[:, 1], X[:, 0] + X[:, 1]])
-    est = gprl.SymbolicRegressor(population_size=500, generations=30, const_prob=0.0, random_state=0).fit(X, Y)
+    est = gprl.SymbolicRegressor(population_size=500, generations=30, const_prob=0.0,
+                                 random_state=0).fit(X, Y)
     pred = est.predict(X)
     assert pred.shape == (100, 2) and est.n_targets_ == 2
     exprs = est.sympy(protected=True)
@@ -208,7 +209,8 @@ def test_predict_checks_feature_names_like_sklearn(Est):
     X = pd.DataFrame(rng.normal(size=(30, 2)), columns=["a", "b"])
     y = (X["a"] > X["b"]).astype(int)
     est = Est(**TINY).fit(X, y)
-    methods = ["predict", "decision_function", "predict_proba"] if Est is gprl.SymbolicClassifier else ["predict"]
+    methods = (["predict", "decision_function", "predict_proba"] if Est is gprl.SymbolicClassifier
+               else ["predict"])
     for method in methods:
         fn = getattr(est, method)
         with pytest.raises(ValueError, match="must be in the same order as they were in fit"):
@@ -238,7 +240,8 @@ def test_standardize_uses_sample_weight(Est):
     repeated = Est(**params).fit(np.repeat(X, w, axis=0), np.repeat(y, w))
     np.testing.assert_allclose(getattr(weighted, out)(X), getattr(repeated, out)(X), rtol=1e-6, atol=1e-9)
     X_out = np.vstack([X, np.tile([1e3, -1e3], (5, 1))])
-    zeroed = Est(**params).fit(X_out, np.r_[y, np.ones(5, int)], sample_weight=np.r_[np.ones(40), np.zeros(5)])
+    zeroed = Est(**params).fit(X_out, np.r_[y, np.ones(5, int)],
+                               sample_weight=np.r_[np.ones(40), np.zeros(5)])
     absent = Est(**params).fit(X, y)
     np.testing.assert_allclose(getattr(zeroed, out)(X), getattr(absent, out)(X), rtol=1e-6, atol=1e-9)
 

@@ -65,7 +65,8 @@ def test_offline_wandb_holds_history_and_artifacts(short_run):
     for rec in wandb_records(run_file):
         kind = rec.WhichOneof("record_type")
         if kind == "history":
-            history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item})
+            history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                            for i in rec.history.item})
         elif kind == "artifact":
             artifacts[rec.artifact.name] = sorted(m.path for m in rec.artifact.manifest.contents)
         elif kind in ("config", "run"):
@@ -96,7 +97,8 @@ def test_resume_of_another_task_fails_and_leaves_the_run(short_run, tmp_path):
     before = digest(short_run)
     res = train(tmp_path, "x", f"resume={short_run}", "env=walker2d", "gp.generations=3", check=False)
     assert res.returncode != 0
-    assert "does not match" in res.stderr and "env: run has 'hopper', this configuration 'walker2d'" in res.stderr
+    assert ("does not match" in res.stderr
+            and "env: run has 'hopper', this configuration 'walker2d'" in res.stderr)
     # another observation size of the same task
     res = train(tmp_path, "y", f"resume={short_run}", "gp.generations=3",
                 "env.kwargs={exclude_current_positions_from_observation: false}", check=False)

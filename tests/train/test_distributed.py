@@ -1,5 +1,5 @@
-"""`torchrun train.py` on the CPU (gloo, 2 processes): the same result as one process, bit for bit; kill and resume
-with another number of processes; a rank that dies; bad configurations (gprl/train/distributed.py)."""
+"""`torchrun train.py` on the CPU (gloo, 2 processes): the same result as one process, bit for bit; kill and
+resume with another number of processes; a rank that dies; bad configurations (gprl/train/distributed.py)."""
 
 import itertools
 import json
@@ -30,19 +30,23 @@ LAST = "gen_000006.pt"
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "WANDB_MODE": "disabled", "WANDB_DIR": str(tmp_path / "wandb_home"), "HYDRA_FULL_ERROR": "0"}
+    return {**os.environ, "WANDB_MODE": "disabled", "WANDB_DIR": str(tmp_path / "wandb_home"),
+            "HYDRA_FULL_ERROR": "0"}
 
 
 def torchrun(tmp_path: Path, run: str, nproc: int, *overrides: str, check: bool = True, wait: bool = True):
-    """`python -m torch.distributed.run --nproc_per_node=<nproc> --standalone train.py ...` into tmp_path/run."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--standalone", "train.py",
-           f"hydra.run.dir={tmp_path / run}", *overrides]
+    """`python -m torch.distributed.run --nproc_per_node=<nproc> --standalone train.py ...`
+    into tmp_path/run."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--standalone",
+           "train.py", f"hydra.run.dir={tmp_path / run}", *overrides]
     if not wait:
-        return subprocess.Popen(cmd, cwd=ROOT, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
-    res = subprocess.run(cmd, check=False, cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=240)
+        return subprocess.Popen(cmd, cwd=ROOT, env=_env(tmp_path), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    res = subprocess.run(cmd, check=False, cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True,
+                         timeout=240)
     if check and res.returncode != 0:
-        raise AssertionError(f"torchrun failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+        raise AssertionError(f"torchrun failed ({res.returncode}):\n"
+                             f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
     return res
 
 
@@ -55,8 +59,9 @@ def launch_ranks(tmp_path: Path, run: str, nproc: int, *overrides: str) -> list[
     for rank in range(nproc):
         env = {**_env(tmp_path), "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
                "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-        procs.append(subprocess.Popen([sys.executable, "train.py", f"hydra.run.dir={tmp_path / run}", *overrides],
-                                      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        procs.append(subprocess.Popen(
+            [sys.executable, "train.py", f"hydra.run.dir={tmp_path / run}", *overrides],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     return procs
 
 
@@ -90,7 +95,8 @@ def test_ordered_sum_and_shards():
     assert torch.equal(ordered_sum(x[:0]), torch.zeros(3, dtype=torch.float64))
     for n, k in ((11, 2), (11, 3), (5, 5), (1000, 7)):
         bounds = [shard_bounds(n, k, r) for r in range(k)]
-        assert bounds[0][0] == 0 and bounds[-1][1] == n and all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
+        assert (bounds[0][0] == 0 and bounds[-1][1] == n
+                and all(a[1] == b[0] for a, b in itertools.pairwise(bounds)))
         assert max(b - a for a, b in bounds) - min(b - a for a, b in bounds) <= 1
 
 
@@ -136,7 +142,8 @@ def test_a_one_process_checkpoint_resumes_with_two(one_process, tmp_path):
     (rank 0 reads the checkpoint and shares it) and ends exactly as it did."""
     stopped = tmp_path / "stopped"
     shutil.copytree(one_process, stopped)
-    for name in ("checkpoints/" + LAST, "summary.json", "policy.json", "policy.py", "policy.txt", "policy.tex"):
+    for name in ("checkpoints/" + LAST, "summary.json", "policy.json", "policy.py", "policy.txt",
+                 "policy.tex"):
         (stopped / name).unlink()
     torchrun(tmp_path, "resumer", 2, *POLICY, f"resume={stopped}")
     assert_same_run(one_process, stopped)
@@ -168,8 +175,8 @@ def test_island_model_runs_the_same_over_two_processes(tmp_path):
      "gp.population_size=1 is smaller than the number of processes (2)"),
 ])
 def test_bad_distributed_configuration_fails_every_rank(tmp_path, overrides, message):
-    procs = launch_ranks(tmp_path, "bad", 2, *TINY, "gp.generations=2", "wandb.mode=disabled", "progress=false",
-                         "dist.timeout_s=30", *overrides)
+    procs = launch_ranks(tmp_path, "bad", 2, *TINY, "gp.generations=2", "wandb.mode=disabled",
+                         "progress=false", "dist.timeout_s=30", *overrides)
     outs = [p.communicate(timeout=60)[0] for p in procs]
     for rank, (p, out) in enumerate(zip(procs, outs)):
         assert p.returncode != 0 and f"error (rank {rank}):" in out, out[-3000:]
@@ -213,7 +220,8 @@ def test_collectives_and_error_agreement_between_ranks(tmp_path):
                                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}) for r in range(2)]
     outs = [json.loads(p.communicate(timeout=120)[0].strip().splitlines()[-1]) for p in procs]
     for out in outs:
-        assert out["world"] == 2 and out["gather"] == list(range(10)) and out["sum"] == 3 and out["population"]
+        assert (out["world"] == 2 and out["gather"] == list(range(10)) and out["sum"] == 3
+                and out["population"])
     assert outs[1]["error"] == "ValueError: device=cuda: rank 1 has no GPU"
     assert outs[0]["error"] == ("DistributedError: rank 1 failed while checking the devices: "
                                 "ValueError: device=cuda: rank 1 has no GPU")
@@ -229,13 +237,15 @@ def test_more_processes_than_gpus_is_named(monkeypatch):
         third.task_device("cuda")
     assert Dist(rank=1, world_size=3, local_rank=1).task_device("cuda") == "cuda:1"
     # device=auto: a GPU environment backend picked the current GPU, which is not this rank's own
-    with pytest.raises(ValueError, match=r"rank 2 \(LOCAL_RANK=2\) would run on cuda:0, but every rank needs its own GPU"):
+    with pytest.raises(ValueError, match=r"rank 2 \(LOCAL_RANK=2\) would run on cuda:0, "
+                                         r"but every rank needs its own GPU"):
         third.check_task_device(torch.device("cuda", 0))
 
 
 def test_configuration_errors_name_the_key_and_the_fix():
     if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match=r"device=cuda: this node has no CUDA GPU \(process LOCAL_RANK=1\); "
+        with pytest.raises(ValueError, match=r"device=cuda: this node has no CUDA GPU "
+                                             r"\(process LOCAL_RANK=1\); "
                                              "set device=cpu"):
             Dist(rank=1, world_size=2, local_rank=1).task_device("cuda")
     two = Dist(rank=1, world_size=2, local_rank=1)
@@ -243,9 +253,11 @@ def test_configuration_errors_name_the_key_and_the_fix():
         two.task_device("cuda:1")
     with pytest.raises(ValueError, match=r"dist.backend=nccl carries CUDA tensors only, but device=cpu"):
         Dist(world_size=2, backend="nccl").task_device("cpu")
-    with pytest.raises(ValueError, match=r"dist.backend=nccl carries CUDA tensors only, but the task runs on cpu"):
+    with pytest.raises(ValueError,
+                       match=r"dist.backend=nccl carries CUDA tensors only, but the task runs on cpu"):
         Dist(world_size=2, backend="nccl").check_task_device(torch.device("cpu"))
-    with pytest.raises(ValueError, match=r"gp.population_size=1 is smaller than the number of processes \(2\)"):
+    with pytest.raises(ValueError,
+                       match=r"gp.population_size=1 is smaller than the number of processes \(2\)"):
         two.check_shardable(1, "gp.population_size", "individual")
     assert two.task_device("cpu") == "cpu" and two.task_device("auto") is None
     with pytest.raises(ValueError, match="dist.shard=data applies to task=sr"):

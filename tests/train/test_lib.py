@@ -18,8 +18,8 @@ from gprl.rl.policy import ActionMap, ObsNormalizer
 from gprl.train.checkpoint import check_fingerprint, list_checkpoints, load_checkpoint, save_checkpoint
 from gprl.train.tasks import episode_length_at
 
-FUNCS = ["add", "sub", "mul", "div", "sin", "cos", "exp", "log", "sqrt", "abs", "neg", "inv", "pow", "max", "min",
-         "tanh", "sigmoid", "lt", "gt", "if"]
+FUNCS = ["add", "sub", "mul", "div", "sin", "cos", "exp", "log", "sqrt", "abs", "neg", "inv", "pow", "max",
+         "min", "tanh", "sigmoid", "lt", "gt", "if"]
 
 
 def test_normalizer_matches_numpy_over_merged_batches():
@@ -111,14 +111,17 @@ def test_folded_expression_is_raw_units():
 
 def test_policy_module_needs_only_numpy(tmp_path):
     tree = gprl.Population.from_expressions([["x0 / x1", "log(x0)"]], n_in=2)
-    paths = export_policy(tmp_path, tree, [0, 0], [1, 1], "clip", [-1, -1], [1, 1], ["p", "q"], ["f", "g"], {})
-    code = (f"import sys; sys.modules['torch'] = None; sys.modules['gprl'] = None; import importlib.util as u; "
+    paths = export_policy(tmp_path, tree, [0, 0], [1, 1], "clip", [-1, -1], [1, 1], ["p", "q"],
+                          ["f", "g"], {})
+    code = (f"import sys; sys.modules['torch'] = None; sys.modules['gprl'] = None; "
+            f"import importlib.util as u; "
             f"s = u.spec_from_file_location('p', {paths['py']!r}); m = u.module_from_spec(s); "
             f"s.loader.exec_module(m); print(m.act([0.5, 0.0]).tolist(), m.act([2.0, 4.0]).tolist())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     # protected division: x/0 -> 1; log(2) ~ 0.693, clipped to [-1, 1]
     first, second = out.strip().replace("] [", "]|[").split("|")
-    assert json.loads(first) == pytest.approx([1.0, -0.6931472]) and json.loads(second) == pytest.approx([0.5, 0.6931472])
+    assert (json.loads(first) == pytest.approx([1.0, -0.6931472])
+            and json.loads(second) == pytest.approx([0.5, 0.6931472]))
     assert F.EPS == 1e-6
 
 

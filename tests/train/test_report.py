@@ -50,8 +50,8 @@ def test_banner_and_learning_curve(tmp_path):
 
 def test_sr_run_draws_its_loss_curve(tmp_path):
     pytest.importorskip("sklearn")
-    res = run_train(tmp_path, "sr", "progress=false", "task=sr", "dataset=nguyen_1", "dataset.n_samples=200", "gp.population_size=64",
-                "gp.generations=3", "wandb.mode=disabled")
+    res = run_train(tmp_path, "sr", "progress=false", "task=sr", "dataset=nguyen_1", "dataset.n_samples=200",
+                    "gp.population_size=64", "gp.generations=3", "wandb.mode=disabled")
     assert "gprl: task sr (nguyen_1) on cpu, population 64" in res.stdout
     assert (tmp_path / "sr" / "curve.png").stat().st_size > 5000
 
@@ -71,7 +71,8 @@ def test_gpu_visible_but_cpu_backend_names_the_extra(monkeypatch, capsys):
 
 def _replay_render(run, video, gl: str):
     env = {**os.environ, "MUJOCO_GL": gl}
-    return subprocess.run([sys.executable, "scripts/replay.py", str(run), "--episodes", "1", "--render", str(video)],
+    return subprocess.run([sys.executable, "scripts/replay.py", str(run), "--episodes", "1",
+                           "--render", str(video)],
                           check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
 
 
@@ -85,5 +86,6 @@ def test_replay_renders_or_says_why_not(tmp_path):
     out = _replay_render(tmp_path / "run", tmp_path / "b.mp4", "no-such-gl")
     assert out.returncode != 0 and not (tmp_path / "b.mp4").exists()
     assert out.stderr.strip().splitlines() == [
-        ("replay: cannot render on this machine (MUJOCO_GL=no-such-gl: RuntimeError); install EGL (apt-get install "
-         "libegl1) or OSMesa (apt-get install libosmesa6, then MUJOCO_GL=osmesa), or replay without --render")]
+        ("replay: cannot render on this machine (MUJOCO_GL=no-such-gl: RuntimeError); install EGL "
+         "(apt-get install libegl1) or OSMesa (apt-get install libosmesa6, then MUJOCO_GL=osmesa), "
+         "or replay without --render")]

@@ -1,5 +1,5 @@
-"""`python train.py task=sr|classification dataset=...` end to end on the CPU: every file, model.py reproduces the
-recorded losses, held-out metrics, kill + resume bit-identical, clear errors."""
+"""`python train.py task=sr|classification dataset=...` end to end on the CPU: every file, model.py reproduces
+the recorded losses, held-out metrics, kill + resume bit-identical, clear errors."""
 
 import csv
 import importlib.util
@@ -24,7 +24,8 @@ from tests.train.helpers import (
 from tests.train.helpers import train as train_policy
 
 SR = ["task=sr", "dataset=koza_quartic", "gp.population_size=200", "wandb.mode=disabled", "progress=false"]
-CLF = ["task=classification", "dataset=wine", "gp.population_size=200", "wandb.mode=disabled", "progress=false"]
+CLF = ["task=classification", "dataset=wine", "gp.population_size=200", "wandb.mode=disabled",
+       "progress=false"]
 
 
 def train(tmp_path: Path, run: str, *overrides: str, check: bool = True, wait: bool = True):
@@ -46,10 +47,11 @@ def load_module(path: Path):
 
 
 def test_sr_run_writes_every_file_and_model_py_reproduces_the_loss(tmp_path):
-    train(tmp_path, "sr", *[o for o in SR if not o.startswith("wandb")], "wandb.mode=offline", "gp.generations=8")
+    train(tmp_path, "sr", *[o for o in SR if not o.startswith("wandb")], "wandb.mode=offline",
+          "gp.generations=8")
     run = tmp_path / "sr"
-    for name in ("config.yaml", "metrics.jsonl", "summary.json", "model.txt", "model.tex", "model.py", "model.json",
-                 "equations.csv"):
+    for name in ("config.yaml", "metrics.jsonl", "summary.json", "model.txt", "model.tex", "model.py",
+                 "model.json", "equations.csv"):
         assert (run / name).stat().st_size > 0, name
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["gen_000005.pt", "gen_000008.pt"]
     rows = metrics(run)
@@ -84,10 +86,12 @@ def test_sr_run_writes_every_file_and_model_py_reproduces_the_loss(tmp_path):
     for r in wandb_records(run_file):
         kind = r.WhichOneof("record_type")
         if kind == "history":
-            history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item})
+            history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                            for i in r.history.item})
         elif kind == "artifact":
             artifacts[r.artifact.name] = sorted(m.path for m in r.artifact.manifest.contents)
-    assert [h["best_loss"] for h in history if "best_loss" in h] == pytest.approx([r["best_loss"] for r in rows])
+    assert ([h["best_loss"] for h in history if "best_loss" in h]
+            == pytest.approx([r["best_loss"] for r in rows]))
     assert artifacts["model"] == ["equations.csv", "model.json", "model.py", "model.tex", "model.txt"]
 
 
@@ -128,7 +132,8 @@ def test_resuming_a_policy_run_as_sr_fails_and_leaves_the_run(tmp_path):
 
 @pytest.mark.parametrize("overrides, message", [
     (["task=sr", "dataset=nguyen_99"], "Available options in 'dataset'"),
-    (["task=sr", "dataset=wine"], "dataset 'wine' is a classification dataset; train it with task=classification"),
+    (["task=sr", "dataset=wine"],
+     "dataset 'wine' is a classification dataset; train it with task=classification"),
     (["task=sr", "dataset.name=nope"], "dataset.name: unknown dataset 'nope'; choose one of ["),
     (["task=sr", "dataset=csv"], "dataset=csv needs dataset.path"),
     (["task=sr", "task.metric=r2"], "task.metric must be one of ['mse', 'mae', 'rmse']"),
