@@ -131,8 +131,7 @@ class GeneticProgramming:
         operator whose cumulative-rate interval holds (t + phase) / n, phase uniform in [0, 1) per
         generation), so every operator makes floor or ceil of rate * n children, rate * n on average. Parents
         are drawn per child independently of t, so grouping the children by operator costs no randomness; it
-        makes neighbouring warps of the vary kernel run the same operator's code (mixed in random order the
-        kernel ran 2.4x slower than any single operator: H100, P = 100,000)."""
+        makes neighbouring warps of the vary kernel run the same operator's code (mixed operators diverge)."""
         n = self.pop_size // self.islands - copies
         if copies not in self._child_u:  # copies get u = 2, past every rate
             one = torch.cat([torch.full((copies,), 2.0), torch.arange(n) / max(n, 1)])

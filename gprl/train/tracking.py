@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,7 +46,12 @@ def plot_curve(rows: Sequence[dict[str, Any]], path: str, score: str = "return",
               for r in rows if "elapsed_s" in r]
     if not points:
         return None
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # the run's results are all written; only the picture is missing
+        print('gprl: warning: no curve.png: matplotlib is missing (pip install -e ".[train]")',
+              file=sys.stderr)
+        return None
 
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
