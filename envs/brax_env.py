@@ -177,6 +177,22 @@ def _jax_device(jax: Any, device: torch.device) -> Any:
     raise ValueError(f"device must be 'cpu' or 'cuda[:i]' for the brax backend, got {device}")
 
 
+# Brax tasks whose observation is Gymnasium v5's layout (positions but the first, then velocities)
+_NAMED_LIKE_MUJOCO = ("hopper", "walker2d", "halfcheetah", "swimmer")
+
+
+def _obs_names(name: str, env: Any, obs_dim: int) -> list[str] | None:
+    """The native MuJoCo task's observation names, read off the model Brax simulates (its joint order), for
+    the tasks laid out alike; None elsewhere (formulas then say obs0, obs1, ...)."""
+    model = getattr(getattr(env, "sys", None), "mj_model", None)
+    if name not in _NAMED_LIKE_MUJOCO or model is None:
+        return None
+    from .mujoco_tasks import TASKS
+
+    names = TASKS[name]().obs_names(model)
+    return names if len(names) == obs_dim else None
+
+
 class BraxEnv(VecEnv):
     backend = "brax"
 
@@ -248,6 +264,7 @@ class BraxEnv(VecEnv):
             name=name,
             num_envs=num_envs,
             obs_dim=obs_size,
+            obs_names=_obs_names(name, self.env, obs_size),
             act_dim=act_dim,
             device=device,
             episode_length=episode_length or limit,
