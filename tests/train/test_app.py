@@ -123,7 +123,10 @@ def test_bad_input_is_named(tmp_path, override, message):
         assert "hopper" in res.stderr
 
 
-def test_ctrl_c_writes_a_checkpoint_and_resumes(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_interrupt_writes_a_checkpoint_and_resumes(tmp_path, sig):
+    """Ctrl-C, or SIGTERM as schedulers and `timeout` send it: a checkpoint, the resume hint, then
+    exit 128 + signal."""
     opts = ["checkpoint_every=100", "wandb.mode=disabled", "env.episode_length=150"]
     # more generations than the test waits for: a fast machine must not finish before Ctrl-C arrives
     proc = train(tmp_path, "run", "gp.generations=100000", *opts, wait=False)
@@ -132,14 +135,17 @@ def test_ctrl_c_writes_a_checkpoint_and_resumes(tmp_path):
     while time.time() < deadline and proc.poll() is None and not (
             metrics_file.exists() and len(metrics_file.read_text().splitlines()) >= 2):
         time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     try:
         out, _ = proc.communicate(timeout=120)
     finally:
-        proc.kill()  # if Ctrl-C did not end it (the run asks for 100,000 generations)
-    assert proc.returncode == 130, out[-2000:]
-    assert "interrupted: checkpoint written" in out
-    (ckpt,) = (tmp_path / "run" / "checkpoints").iterdir()  # no periodic checkpoint was due: Ctrl-C wrote it
+        proc.kill()  # if the signal did not end it (the run asks for 100,000 generations)
+    assert proc.returncode == 128 + sig, out[-2000:]
+    how = "interrupted by SIGTERM" if sig == signal.SIGTERM else "interrupted"
+    assert f"{how}: checkpoint written" in out and f"resume={tmp_path / 'run'}" in out
+    assert "Traceback" not in out
+    # no periodic checkpoint was due: the signal wrote this one
+    (ckpt,) = (tmp_path / "run" / "checkpoints").iterdir()
     done = int(ckpt.stem.split("_")[1])
     # generation 1's metrics line is written before its variation ends; Ctrl-C there saves the state before
     # generation 1 (and the resume rewrites that line), so two lines guarantee one generation done, not two
