@@ -71,7 +71,7 @@ MOVED = {
     "gprl.export": "gprl.rl.export",
     "gprl.trainer": "gprl.train.trainer",
     "gprl.tasks": "gprl.train.tasks",
-    "gprl.supervised": "gprl.train.supervised",
+    "gprl.supervised": "gprl.train.tasks.supervised",
     "gprl.checkpoint": "gprl.train.checkpoint",
     "gprl.distributed": "gprl.train.distributed",
     "gprl.tracking": "gprl.train.tracking",

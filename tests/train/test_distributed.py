@@ -18,7 +18,7 @@ import torch
 from gprl import Population
 from gprl.train import distributed
 from gprl.train.distributed import Dist, ordered_sum, shard_bounds
-from gprl.train.tasks import PolicyTask
+from gprl.train.tasks.policy import PolicyTask
 from tests.train.helpers import ROOT, TINY, assert_same_final_population, metrics, run_train
 
 # 11 trees (uneven shards), 2 episodes each, episodes long enough that a run can be killed in the middle

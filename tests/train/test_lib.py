@@ -16,7 +16,7 @@ from gprl import functions as F
 from gprl.rl.export import export_policy, policy_expressions, safe_names, tree_from_record
 from gprl.rl.policy import ActionMap, ObsNormalizer
 from gprl.train.checkpoint import check_fingerprint, list_checkpoints, load_checkpoint, save_checkpoint
-from gprl.train.tasks import episode_length_at
+from gprl.train.tasks.policy import episode_length_at
 
 FUNCS = ["add", "sub", "mul", "div", "sin", "cos", "exp", "log", "sqrt", "abs", "neg", "inv", "pow", "max",
          "min", "tanh", "sigmoid", "lt", "gt", "if"]

@@ -95,7 +95,7 @@ def test_corrupt_metrics_line_inside_the_file_is_named(tmp_path):
 # train.py whose export is interrupted by the given signal (sent by the process to itself, so it lands there)
 INTERRUPTED_EXPORT = """
 import os, signal, sys, time, runpy
-from gprl.train.tasks import PolicyTask
+from gprl.train.tasks.policy import PolicyTask
 signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal, even under a background job
 def finish(self, *args, **kwargs):
     os.kill(os.getpid(), signal.{sig})

@@ -1,16 +1,7 @@
-"""What a training run optimises: the small interface between the trainer and a problem.
-
-A :class:`Task` turns a population into fitness (higher is better when ``maximize``), keeps whatever state it
-needs across generations (checkpointed), and exports the best individual as files at the end. The trainer
-(:mod:`gprl.train.trainer`) owns the run directory, checkpoints, progress and W&B, so a new task (regression,
-classification) only implements this interface and registers itself in :data:`TASKS`.
-"""
+"""Control policies: multi-output trees scored by their episode returns in vectorised environments."""
 
 from __future__ import annotations
 
-import abc
-import importlib
-import importlib.util
 import json
 import math
 from typing import Any
@@ -25,49 +16,7 @@ from gprl.rl.export import export_policy
 from gprl.rl.policy import ActionMap, ObsNormalizer, evaluate_policies
 from gprl.train.checkpoint import population_from_state, population_state
 from gprl.train.distributed import Dist
-
-
-class Task(abc.ABC):
-    """The trainer's view of a problem."""
-
-    n_in: int
-    n_out: int
-    maximize: bool = True
-    obs_names: list[str] | None = None
-    score_name: str = "return"  # the metrics key "best_<score_name>" is the generation's best score
-    artifact: str = "policy"    # the W&B artifact name of the exported files
-
-    @classmethod
-    @abc.abstractmethod
-    def from_config(cls, cfg: dict[str, Any], device: str | None, dist: Dist | None = None) -> Task:
-        """The task from the whole (plain) training configuration; ``device`` None: the task's choice.
-
-        ``dist`` (:mod:`gprl.train.distributed`): this process's rank in a distributed run. Every rank builds
-        the task and calls ``evaluate`` and ``finish`` with the full population; the task evaluates its share
-        and gathers the results, so every rank returns the same fitness and metrics. Only rank 0 writes
-        files."""
-
-    @abc.abstractmethod
-    def fingerprint(self) -> dict[str, Any]:
-        """What a resumed run must match (task kind, data/environment, input and output sizes)."""
-
-    @abc.abstractmethod
-    def evaluate(self, population: Population, generation: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Fitness [P] on the population's device and per-generation metrics (JSON-able), the same on
-        every rank."""
-
-    @abc.abstractmethod
-    def finish(self, population: Population, fitness: torch.Tensor | None, out_dir: str) -> dict[str, Any]:
-        """Pick and export the best individual into ``out_dir``; returns a summary incl. ``files``."""
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+from gprl.train.tasks.base import Task
 
 
 def episode_length_at(generation: int, start: int, final: int, ramp_generations: int) -> int:
@@ -254,18 +203,3 @@ class PolicyTask(Task):
 
     def close(self) -> None:
         self.env.close()
-
-
-# task name -> "module:class", imported on first use: a policy run needs none of the SR extra's packages
-TASKS: dict[str, str] = {"policy": "gprl.train.tasks:PolicyTask", "sr": "gprl.train.supervised:SRTask",
-                         "classification": "gprl.train.supervised:ClassificationTask"}
-
-
-def task_class(name: str) -> type[Task]:
-    """The :class:`Task` registered as ``name`` (``task.name`` in the configuration)."""
-    if name not in TASKS:
-        raise ValueError(f"task.name: unknown task {name!r}; choose one of {sorted(TASKS)}")
-    module, cls = TASKS[name].split(":")
-    if name != "policy" and not all(importlib.util.find_spec(m) for m in ("sklearn", "pandas")):
-        raise ImportError(f'task={name} needs scikit-learn and pandas: pip install -e ".[sr]"')
-    return getattr(importlib.import_module(module), cls)

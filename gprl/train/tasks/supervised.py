@@ -34,7 +34,7 @@ from gprl.sr.export import export_model, front_equation
 from gprl.sr.objectives import CLASSIFICATION_METRICS, ClassificationObjective, RegressionObjective
 from gprl.train.checkpoint import population_from_state, population_state
 from gprl.train.distributed import Dist
-from gprl.train.tasks import Task
+from gprl.train.tasks.base import Task
 
 
 def load_dataset(cfg: dict[str, Any], task: str) -> datasets.SupervisedData:
