@@ -246,9 +246,11 @@ class BraxEnv(VecEnv):
             # a copy: JAX/MuJoCo arrays are read-only
             ctrl_t = torch.from_numpy(np.array(ctrl, dtype=np.float32))
             low, high = ctrl_t[:, 0], ctrl_t[:, 1]
-        obs_size = self.env.observation_size
-        if not isinstance(obs_size, int):
-            raise TypeError(f"{name}: dict observations ({obs_size}) are not supported")
+        # the shape of a reset's observation, traced only (Brax's observation_size runs a reset op by op)
+        obs = jax.eval_shape(self.env.reset, jax.ShapeDtypeStruct((2,), jax.numpy.uint32)).obs
+        if not hasattr(obs, "shape"):
+            raise TypeError(f"{name}: dict observations ({obs}) are not supported")
+        obs_size = int(obs.shape[-1])
 
         with jax.default_device(self.jax_device):
             reset, step = jax.vmap(self.env.reset), jax.vmap(self.env.step)

@@ -280,18 +280,20 @@ def test_gpu_cuda_graphs_step_as_jax_defaults() -> None:
         torch.testing.assert_close(x, y, rtol=1e-3, atol=1e-3, equal_nan=True)
 
 
-def test_observation_names_come_from_the_simulated_model() -> None:
-    """Formulas of Brax policies read joint names, as the native MuJoCo ones do, where the layout is alike."""
+def test_observation_names_come_from_the_simulated_model(pendulum: genvs.VecEnv) -> None:
+    """Formulas of Brax policies read joint names, as the native MuJoCo ones do, where the layout is alike
+    (tests/train/test_suite.py checks the names reach the exported policies)."""
     pytest.importorskip("mujoco")
-    hopper = genvs.make("hopper", backend="brax", num_envs=1, seed=0)
-    assert hopper.obs_names == genvs.make("hopper", backend="mujoco", num_envs=1, seed=0).obs_names
-    assert hopper.obs_names[:2] == ["rootz", "rooty"] and hopper.obs_names[-1] == "foot_joint_vel"
     from brax import envs as brax_envs
     from gprl.envs.brax_env import _obs_names
 
-    swimmer = brax_envs.get_environment("swimmer")
+    # Brax's observation_size property compiles a reset: the sizes are given here (Gymnasium v5's)
+    names = _obs_names("hopper", brax_envs.get_environment("hopper"), 11)
+    assert names == genvs.make("hopper", backend="mujoco", num_envs=1, seed=0).obs_names
+    assert names[:2] == ["rootz", "rooty"] and names[-1] == "foot_joint_vel"
     # Brax's own swimmer model names its joints differently from Gymnasium's: its names are the ones shown
-    assert _obs_names("swimmer", swimmer, swimmer.observation_size) == [
+    assert _obs_names("swimmer", brax_envs.get_environment("swimmer"), 8) == [
         "rot", "rot2", "rot3", "slider1_vel", "slider2_vel", "rot_vel", "rot2_vel", "rot3_vel"]
-    ant = brax_envs.get_environment("ant")
-    assert _obs_names("ant", ant, ant.observation_size) is None  # another layout than Gymnasium's
+    assert _obs_names("hopper", brax_envs.get_environment("hopper"), 12) is None  # sizes must agree
+    assert _obs_names("ant", brax_envs.get_environment("ant"), 27) is None  # another layout than Gymnasium's
+    assert pendulum.obs_names is None
