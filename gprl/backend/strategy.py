@@ -25,7 +25,7 @@ in shared memory and takes ``max_len`` up to 1024 (it fits every GPU with 64 KiB
 
 Which one runs (first match wins): the call's ``strategy=`` argument; :func:`set_strategy` (initially the
 ``GPRL_STRATEGY`` environment variable; it applies to the calls that can run that strategy); else ``auto``.
-``auto`` on a CUDA device: the first call of an op on a device times every strategy on a grid of probe
+``auto`` on a CUDA device: the first call of an op on a device times every strategy on a grid of sample
 workloads (single calls between CUDA events; cached as JSON under the gprl cache directory, keyed by device
 name, kernel build and torch version), predicts a call's time by interpolating that table in log space,
 takes the fastest, and memoises the decision per (op, device, P, D, n_out), shared by populations within
@@ -292,7 +292,7 @@ class _Probes:
         weights = F.function_weights(list(PROBE_FUNCTIONS))
         w = torch.tensor(weights, dtype=torch.float32, device=device)
         # Population.random's default: 8 variables + constants
-        leaf_prob = 9 / (9 + sum(x > 0 for x in weights))
+        leaf_prob = F.default_leaf_prob(8, 0.2, weights)  # as Population.random: 8 inputs, constants
         # ramped trees of depth 3..8, up to 256 nodes (Population.random's generator, called directly)
         self.trees = {n_out: ops.generate(w, P, 256, 8, n_out, METHODS["ramped"], 3, 8, leaf_prob, 0.2, -1.0,
                                           1.0, 0.3, seed_from(0))

@@ -254,6 +254,12 @@ ALIASES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "protected_div": "div
 DEFAULT_FUNCTIONS = ("add", "sub", "mul", "div")
 
 
+def default_leaf_prob(n_in: int, const_prob: float, weights: Sequence[float]) -> float:
+    """Koza's share of terminals among all primitives: the grow method's leaf probability by default."""
+    n_terms = n_in + (1 if const_prob > 0 else 0)
+    return n_terms / (n_terms + sum(w > 0 for w in weights))
+
+
 def function_weights(functions: Sequence[str] | dict[str, float] | None = None) -> list[float]:
     """Per-id sampling weights for a user's choice: a list of names (equal weights) or {name: weight}."""
     if functions is None:

@@ -100,8 +100,7 @@ class Population:
             raise ValueError(f"max_depth must be <= {MAX_DEPTH_LIMIT}, got {max_depth}")
         weights = F.function_weights(functions)
         if leaf_prob is None:
-            n_terms = n_in + (1 if const_prob > 0 else 0)
-            leaf_prob = n_terms / (n_terms + sum(w > 0 for w in weights))
+            leaf_prob = F.default_leaf_prob(n_in, const_prob, weights)
         for name, p in (("leaf_prob", leaf_prob), ("const_prob", const_prob), ("output_prob", output_prob)):
             if not 0.0 <= float(p) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {p}")

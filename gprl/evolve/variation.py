@@ -88,8 +88,7 @@ class VariationParams:
     def grow_leaf_prob(self, n_in: int) -> float:
         if self.leaf_prob is not None:
             return float(self.leaf_prob)
-        n_terms = n_in + (1 if self.const_prob > 0 else 0)
-        return n_terms / (n_terms + sum(w > 0 for w in self.weights()))
+        return F.default_leaf_prob(n_in, self.const_prob, self.weights())
 
 
 _weight_cache: dict[tuple, torch.Tensor] = {}
