@@ -79,6 +79,7 @@ class Population:
         const_prob: float = 0.2,
         const_range: tuple[float, float] = (-1.0, 1.0),
         output_prob: float = 0.3,
+        every_output: bool = False,
         seed: int | torch.Generator | None = None,
         device: str | torch.device | None = None,
     ) -> Population:
@@ -89,6 +90,11 @@ class Population:
         drawn variable. ``grow`` places a leaf with probability ``leaf_prob`` at depths ``>= min_depth``
         (default: Koza's share of terminals among all primitives). With ``n_out > 1`` each function node
         becomes a Modi node with probability ``output_prob``, writing to a uniformly drawn output.
+
+        ``every_output=True`` (``n_out > 1``) writes every output from the start: each tree is the chain
+        ``F_0(A_0, F_1(A_1, ... F_{n-1}(A_{n-1}, B)))`` of Modi nodes ``F_k`` (``add`` where the function
+        set has it, else its first binary function) writing output k, so output k is ``F_k(A_k, B)``, with
+        random subtrees ``A_k`` and ``B`` (as above, without Modi nodes) that share the length budget.
         """
         _check_int("pop_size", pop_size, 0)
         _check_dims(n_in, n_out, max_len)
@@ -111,6 +117,19 @@ class Population:
             raise ValueError("n_in is 0 and const_prob is 0: trees would have no leaves; allow constants")
         device = canonical_device(device)
         w = torch.tensor(weights, dtype=torch.float32, device=device)
+        if every_output and n_out > 1:
+            binary = [i for i, a in enumerate(F.ARITY) if a == 2 and weights[i] > 0]
+            if not binary:
+                raise ValueError("every_output=True needs a binary function (e.g. add) in functions")
+            sub_len = (max_len - n_out) // (n_out + 1)
+            if sub_len < 1:
+                raise ValueError(f"every_output=True with {n_out} outputs needs max_len >= {2 * n_out + 1}, "
+                                 f"got {max_len}")
+            link = F.BY_NAME["add"].id if weights[F.BY_NAME["add"].id] > 0 else binary[0]
+            parts = _kernels().generate(w, (n_out + 1) * pop_size, sub_len, n_in, 1, METHODS[method],
+                                        min_depth, max_depth, float(leaf_prob), float(const_prob), lo, hi,
+                                        0.0, seed_from(seed))
+            return cls(*_output_chain(parts, pop_size, n_out, max_len, link), n_in=n_in, n_out=n_out)
         tensors = _kernels().generate(w, pop_size, max_len, n_in, n_out, METHODS[method], min_depth,
                                       max_depth, float(leaf_prob), float(const_prob), lo, hi,
                                       float(output_prob), seed_from(seed))
@@ -397,6 +416,39 @@ class Population:
 
 
 # ---- helpers ----
+def _output_chain(parts: Sequence[torch.Tensor], pop_size: int, n_out: int, max_len: int,
+                  link: int) -> tuple[torch.Tensor, ...]:
+    """Trees ``F_0(A_0, F_1(A_1, ... F_{n-1}(A_{n-1}, B)))`` from ``(n_out + 1) * pop_size`` subtrees
+    (``A_k`` of tree p is row ``k * pop_size + p``, ``B`` the last block); ``F_k``: Modi node of function
+    ``link`` writing output k. Built by one scatter per tensor, no loop over trees."""
+    P, S, dev = pop_size, parts[0].shape[1], parts[0].device
+    length = parts[4][:, 0].long().view(n_out + 1, P)  # subtree lengths
+    # piece j of tree p: F_0, A_0, F_1, A_1, ..., F_{n-1}, A_{n-1}, B, laid out one after the other
+    piece_len = torch.stack([torch.ones_like(length[0])] * n_out + [length[n_out]])  # F_k and B
+    widths = torch.cat([torch.stack([piece_len[:n_out], length[:n_out]], 1).flatten(0, 1), length[n_out:]])
+    start = torch.cumsum(widths, 0) - widths  # [2 n_out + 1, P]
+    total = widths.sum(0)
+    pos = torch.arange(S, device=dev)
+    sub_start = torch.cat([start[1:2 * n_out:2], start[2 * n_out:]])  # where A_0..A_{n-1}, B begin
+    target = sub_start[:, :, None] + pos  # [n_out + 1, P, S]
+    keep = pos < length[:, :, None]
+    row = torch.arange(P, device=dev)[None, :, None].expand_as(target)
+    flat = (row * max_len + target)[keep]
+    out = []
+    for t in parts:
+        o = torch.zeros(P * max_len, dtype=t.dtype, device=dev)
+        o[flat] = t.view(n_out + 1, P, S)[keep]
+        out.append(o.view(P, max_len))
+    kind, code, outs, value, size = out
+    f_start = start[0:2 * n_out:2].T  # [P, n_out]: where F_k sits
+    ks = torch.arange(n_out, device=dev).expand(P, -1)
+    kind.scatter_(1, f_start, torch.full_like(f_start, FUNC | OUTPUT_FLAG, dtype=kind.dtype))
+    code.scatter_(1, f_start, torch.full_like(f_start, link, dtype=code.dtype))
+    outs.scatter_(1, f_start, ks.to(outs.dtype))
+    size.scatter_(1, f_start, (total[:, None] - f_start).to(size.dtype))
+    return kind, code, outs, value, size
+
+
 def atomic_torch_save(obj, path: str | os.PathLike) -> None:
     """torch.save to a temporary file in the same folder, then an atomic rename.
 

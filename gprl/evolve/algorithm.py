@@ -23,6 +23,7 @@ from gprl.core.population import Population
 from gprl.core.seeds import mix_seed, seed_from
 from gprl.evolve import selection as S
 from gprl.evolve.config import DEFAULT_RATES, GPConfig  # noqa: F401 - DEFAULT_RATES: public here too
+from gprl.evolve.es import ConstantES
 from gprl.evolve.variation import OPS, VariationParams, weights_tensor
 
 
@@ -99,6 +100,8 @@ class GeneticProgramming:
         self.seed = seed_from(seed)
         self.generation = 0
         self.archive = ParetoArchive(n_in, n_out, c.max_len, self.device)
+        self.es = ConstantES(c.es_centers, c.es_pairs, c.es_sigma, c.es_step, c.max_len, self.device) \
+            if c.es_centers else None
         # operator per child (_operators): searchsorted of t / n plus a phase in the cumulative rates
         # (tail: copy)
         names = [k for k, r in rates.items() if r > 0]
@@ -123,6 +126,7 @@ class GeneticProgramming:
                                  min_depth=self.init_depth[0], max_depth=self.init_depth[1],
                                  const_prob=self.params.const_prob,
                                  const_range=(lo, hi), output_prob=self.params.output_prob,
+                                 every_output=self.config.init_every_output,
                                  seed=mix_seed(self.seed, 0xA11CE), device=self.device)
 
     def _operators(self, generation: int, copies: int) -> torch.Tensor:
@@ -179,7 +183,9 @@ class GeneticProgramming:
             raise ValueError(f"with islands the population must have pop_size ({self.pop_size}) trees, "
                              f"got {P}")
         g = self.generation
-        loss = S.loss_of(fitness, self.maximize)
+        loss = raw = S.loss_of(fitness, self.maximize)
+        if self.es is not None and g > 0:  # the strategy's pairs inform its step, not selection or elitism
+            loss = self.es.hide_pairs(raw)
         sel_loss = S.with_parsimony(loss, population.lengths(), self.parsimony) if self.parsimony else loss
         I, e = self.islands, self.elitism
         m = self.migrants if g > 0 and g % self.migration_interval == 0 else 0
@@ -209,7 +215,10 @@ class GeneticProgramming:
         tensors = ops.vary(*population.tensors(), *population.tensors(), parent, donor,
                            self._operators(g, e + m), zeros, zeros, *self._vary_args,
                            mix_seed(self.seed, g, 4))
+        if self.es is not None:  # the last rows: the constants' evolution strategy (reads pairs from g = 1)
+            tensors = self.es.apply(population, raw, loss, tensors, mix_seed(self.seed, g, 5),
+                                    read_pairs=g > 0)
         # archived after the vary launch is queued: the GPU runs it while the host queues the archive's ops
-        self.archive.update(population, loss)
+        self.archive.update(population, raw)
         self.generation += 1
         return Population(*tensors, n_in=self.n_in, n_out=self.n_out)

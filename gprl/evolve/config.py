@@ -44,6 +44,8 @@ class GPConfig:
     """Initial trees: ``grow``, ``full`` or ``ramped`` (half and half)."""
     init_depth: tuple[int, int] = field(default=(2, 6), metadata=_schema(list[int]))
     """(min, max) depth of the initial trees."""
+    init_every_output: bool = field(default=False, metadata=_schema(bool))
+    """Multi-output trees: every initial tree writes every output (``Population.random(every_output=)``)."""
     max_depth: int = field(default=17, metadata=_schema(int))
     """Deepest tree variation may make (<= 64; 0: no bound)."""
     selection: str = field(default="tournament", metadata=_schema(str))
@@ -82,6 +84,15 @@ class GPConfig:
     migration_interval: int = field(default=10, metadata=_schema(int))
     """Islands: every this many generations each island's best ``migrants`` trees join the next island."""
     migrants: int = field(default=1, metadata=_schema(int))
+    es_centers: int = field(default=0, metadata=_schema(int))
+    """Evolution strategy over constants (``gprl.evolve.es``): the best trees it tunes each generation
+    (0: off); each takes ``2·es_pairs + 1`` rows at the end of the population."""
+    es_pairs: int = field(default=8, metadata=_schema(int))
+    """Antithetic perturbations per tuned tree and generation."""
+    es_sigma: float = field(default=0.05, metadata=_schema(float))
+    """Perturbation size, relative to each constant (absolute below 0.1)."""
+    es_step: float = field(default=0.5, metadata=_schema(float))
+    """Step along the estimated direction, in units of the perturbation size."""
 
     def __post_init__(self):
         def integer(name: str, low: int) -> int:
@@ -92,7 +103,8 @@ class GPConfig:
 
         P = integer("population_size", 1)
         integer("tournament_size", 1)
-        for name, low in (("islands", 1), ("migration_interval", 1), ("migrants", 0), ("max_len", 1)):
+        for name, low in (("islands", 1), ("migration_interval", 1), ("migrants", 0), ("max_len", 1),
+                          ("es_centers", 0), ("es_pairs", 1)):
             integer(name, low)
         if isinstance(self.elitism, bool) or not isinstance(self.elitism, (int, np.integer)) \
                 or not 0 <= self.elitism <= P:
@@ -104,6 +116,13 @@ class GPConfig:
         if self.islands > 1 and self.elitism + self.migrants > P // self.islands:
             raise ValueError(f"elitism + migrants ({self.elitism} + {self.migrants}) must fit an island of "
                              f"{P // self.islands} trees; lower them or use fewer islands")
+        es_rows = self.es_centers * (2 * self.es_pairs + 1)
+        if es_rows > P - self.elitism * self.islands:
+            raise ValueError(f"es_centers * (2 * es_pairs + 1) = {es_rows} rows do not fit beside the "
+                             f"elites of a population of {P}; lower es_centers or es_pairs")
+        for name in ("es_sigma", "es_step"):
+            if not (float(getattr(self, name)) > 0 and np.isfinite(float(getattr(self, name)))):
+                raise ValueError(f"{name} must be a finite number > 0, got {getattr(self, name)!r}")
         if self.init_method not in METHODS:
             raise ValueError(f"init_method must be one of {list(METHODS)}, got {self.init_method!r}")
         d = self.init_depth
@@ -124,7 +143,8 @@ class GPConfig:
         F.function_weights(self.functions)  # names the unknown function, if any
         normal = {**{name: int(getattr(self, name)) for name in (
             "population_size", "max_len", "max_depth", "tournament_size", "elitism", "subtree_depth",
-            "islands", "migration_interval", "migrants")},
+            "islands", "migration_interval", "migrants", "es_centers", "es_pairs")},
+                  "es_sigma": float(self.es_sigma), "es_step": float(self.es_step),
                   "init_depth": tuple(int(v) for v in d),
                   "const_range": tuple(float(c) for c in self.const_range),
                   "rates": rates, "functions": dict(self.functions) if isinstance(self.functions, Mapping)

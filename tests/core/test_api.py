@@ -49,6 +49,26 @@ def test_generate_respects_limits_and_choices(method):
         assert set(depths.unique().tolist()) >= {2, 3, 4, 5, 6}
 
 
+def test_every_output_trees_write_each_output_from_their_own_subtree():
+    kw = {"functions": ["add", "mul", "sin", "max"], "max_depth": 4, "seed": 5}
+    pop = Population.random(300, 4, 3, max_len=40, every_output=True, **kw)
+    assert (pop.validate() == 0).all() and int(pop.lengths().max()) <= 40
+    modi = (pop.kind & 4) != 0
+    assert (modi.sum(1) == 3).all()  # the chain's three links, no other Modi node
+    # output k is A_k + B: the same subtrees generated on their own, (40 - 3) // 4 nodes at most
+    parts = Population.random(4 * 300, 4, 1, max_len=9, output_prob=0.0, **kw)
+    X = torch.randn(30, 4)
+    A = parts.forward(X)[..., 0].view(4, 300, 30)
+    torch.testing.assert_close(pop.forward(X), (A[:3] + A[3:]).permute(1, 2, 0))
+    assert pop.to_sympy(0)[1] == parts.to_sympy(300)[0] + parts.to_sympy(900)[0]
+    single = Population.random(50, 4, 1, max_len=40, every_output=True, **kw)
+    assert single.equal(Population.random(50, 4, 1, max_len=40, **kw))  # one output: the plain trees
+    with pytest.raises(ValueError, match="max_len"):
+        Population.random(10, 4, 6, max_len=12, every_output=True, **kw)
+    with pytest.raises(ValueError, match="binary function"):
+        Population.random(10, 4, 3, every_output=True, functions=["sin"])
+
+
 def test_single_output_trees_have_no_modi_nodes():
     pop = Population.random(500, 2, 1, output_prob=1.0, seed=0)
     assert not bool(((pop.kind & 4) != 0).any())
