@@ -84,9 +84,10 @@ class GPConfig:
     migration_interval: int = field(default=10, metadata=_schema(int))
     """Islands: every this many generations each island's best ``migrants`` trees join the next island."""
     migrants: int = field(default=1, metadata=_schema(int))
-    es_centers: int = field(default=0, metadata=_schema(int))
-    """Evolution strategy over constants (``gprl.evolve.es``): the best trees it tunes each generation
-    (0: off); each takes ``2·es_pairs + 1`` rows at the end of the population."""
+    es_share: float = field(default=0.0, metadata=_schema(float))
+    """Share of the population given to the evolution strategy over the best trees' constants
+    (``gprl.evolve.es``; 0: off): ``es_share * population_size // (2·es_pairs + 1)`` trees tuned per
+    generation, each with ``2·es_pairs + 1`` rows at the end of the population."""
     es_pairs: int = field(default=8, metadata=_schema(int))
     """Antithetic perturbations per tuned tree and generation."""
     es_sigma: float = field(default=0.05, metadata=_schema(float))
@@ -104,7 +105,7 @@ class GPConfig:
         P = integer("population_size", 1)
         integer("tournament_size", 1)
         for name, low in (("islands", 1), ("migration_interval", 1), ("migrants", 0), ("max_len", 1),
-                          ("es_centers", 0), ("es_pairs", 1)):
+                          ("es_pairs", 1)):
             integer(name, low)
         if isinstance(self.elitism, bool) or not isinstance(self.elitism, (int, np.integer)) \
                 or not 0 <= self.elitism <= P:
@@ -116,10 +117,13 @@ class GPConfig:
         if self.islands > 1 and self.elitism + self.migrants > P // self.islands:
             raise ValueError(f"elitism + migrants ({self.elitism} + {self.migrants}) must fit an island of "
                              f"{P // self.islands} trees; lower them or use fewer islands")
-        es_rows = self.es_centers * (2 * self.es_pairs + 1)
-        if es_rows > P - self.elitism * self.islands:
-            raise ValueError(f"es_centers * (2 * es_pairs + 1) = {es_rows} rows do not fit beside the "
-                             f"elites of a population of {P}; lower es_centers or es_pairs")
+        if not 0 <= float(self.es_share) < 1:
+            raise ValueError(f"es_share must be in [0, 1) (0: off), got {self.es_share!r}")
+        if self.es_share and not self.es_centers:
+            raise ValueError(f"es_share={self.es_share} of {P} trees holds no group of 2 * es_pairs + 1 = "
+                             f"{2 * self.es_pairs + 1} rows; raise es_share or lower es_pairs")
+        if self.es_centers * (2 * self.es_pairs + 1) > P - self.elitism * self.islands:
+            raise ValueError("es_share leaves no room for the elites; lower es_share or elitism")
         for name in ("es_sigma", "es_step"):
             if not (float(getattr(self, name)) > 0 and np.isfinite(float(getattr(self, name)))):
                 raise ValueError(f"{name} must be a finite number > 0, got {getattr(self, name)!r}")
@@ -143,8 +147,8 @@ class GPConfig:
         F.function_weights(self.functions)  # names the unknown function, if any
         normal = {**{name: int(getattr(self, name)) for name in (
             "population_size", "max_len", "max_depth", "tournament_size", "elitism", "subtree_depth",
-            "islands", "migration_interval", "migrants", "es_centers", "es_pairs")},
-                  "es_sigma": float(self.es_sigma), "es_step": float(self.es_step),
+            "islands", "migration_interval", "migrants", "es_pairs")},
+                  **{name: float(getattr(self, name)) for name in ("es_share", "es_sigma", "es_step")},
                   "init_depth": tuple(int(v) for v in d),
                   "const_range": tuple(float(c) for c in self.const_range),
                   "rates": rates, "functions": dict(self.functions) if isinstance(self.functions, Mapping)
@@ -158,6 +162,11 @@ class GPConfig:
         ``overrides``."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{**{k: v for k, v in values.items() if k in names}, **overrides})
+
+    @property
+    def es_centers(self) -> int:
+        """Trees the evolution strategy tunes per generation (see ``es_share``)."""
+        return int(float(self.es_share) * self.population_size) // (2 * int(self.es_pairs) + 1)
 
     def replace(self, **changes: Any) -> GPConfig:
         return dataclasses.replace(self, **changes)

@@ -2,7 +2,7 @@
 # Policy search on a GPU: `python train.py env=hopper` on Brax with a wall-clock budget, then the exported
 # policy replayed on 10 fresh Brax episodes (scripts/replay.py).
 #
-# Usage: [TIME_LIMIT=330] bash scripts/dev/gpu_train_check.sh [--wheels DIR] [--out DIR]
+# Usage: [TIME_LIMIT=330] [ENV=hopper] [REPLAY=1] bash scripts/dev/gpu_train_check.sh [--wheels DIR] [--out DIR]
 #                         [extra Hydra overrides]
 #   e.g. gp.population_size=8192  'env.episode_schedule={start: 100, ramp_generations: 20}'
 #        'env.kwargs={pipeline: spring}'  task.validation_episodes=64
@@ -26,6 +26,8 @@ source "$(dirname "$0")/gpu_common.sh"
 gpu_args "$@"; set -- "${ARGS[@]}"
 mkdir -p "$OUT"
 TIME_LIMIT=${TIME_LIMIT:-330}
+ENV=${ENV:-hopper}  # the task (configs/env/); REPLAY=0 skips the replay of the exported policy
+REPLAY=${REPLAY:-1}
 RUN=${RUN:-/tmp/gprl_gpu_run}  # the full run directory (checkpoints included), outside OUT
 rm -rf "$RUN"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} GPRL_CACHE=${GPRL_CACHE:-$PWD/.gprl_cache}
@@ -43,13 +45,15 @@ t0=$(date +%s)
 # a copy of the metrics every 15 s, so a run stopped from outside still leaves its curve in OUT
 ( while sleep 15; do cp "$RUN/metrics.jsonl" "$OUT/metrics.jsonl" 2>/dev/null; done ) &
 copier=$!
-timeout $(( TIME_LIMIT + 150 )) python3 train.py env=hopper env.backend=brax wandb.mode=disabled progress=false \
+timeout $(( TIME_LIMIT + 150 )) python3 train.py env="$ENV" env.backend=brax wandb.mode=disabled progress=false \
   gp.time_limit="$TIME_LIMIT" hydra.run.dir="$RUN" "$@" >"$OUT/train.log" 2>&1
 status=$?
 kill $copier 2>/dev/null
 echo "train.py exit $status after $(( $(date +%s) - t0 )) s (wall clock incl. compilation)" | tee -a "$OUT/report.txt"
-timeout 150 python3 scripts/replay.py "$RUN" --backend brax --episodes 10 > "$OUT/replay.json" 2>>"$OUT/train.log"
-echo "replay exit $? at $(( $(date +%s) - t0 )) s" | tee -a "$OUT/report.txt"
+if [ "$REPLAY" = 1 ]; then
+  timeout 150 python3 scripts/replay.py "$RUN" --backend brax --episodes 10 > "$OUT/replay.json" 2>>"$OUT/train.log"
+  echo "replay exit $? at $(( $(date +%s) - t0 )) s" | tee -a "$OUT/report.txt"
+fi
 tail -n 25 "$OUT/train.log"
 
 python3 - "$OUT" "$RUN" <<'PY' 2>&1 | tee -a "$OUT/report.txt"

@@ -14,7 +14,7 @@ TARGET = np.array([0.5, -2.0, 3.0])
 
 def es_gp(**kw):
     return GeneticProgramming(2, pop_size=60, max_len=16, elitism=2, functions=["add", "mul"], seed=3,
-                              es_centers=CENTERS, es_pairs=PAIRS, es_sigma=0.1, es_step=0.5, **kw)
+                              es_share=CENTERS * GROUP / 60 + 1e-9, es_pairs=PAIRS, es_sigma=0.1, es_step=0.5, **kw)
 
 
 def constants(pop: Population) -> list[np.ndarray]:
@@ -97,7 +97,10 @@ def test_es_is_deterministic_and_a_foreign_population_is_not_read_as_pairs():
 
 
 def test_es_settings_are_checked():
-    with pytest.raises(ValueError, match="es_centers"):
-        GeneticProgramming(2, pop_size=20, es_centers=2, es_pairs=8)
+    assert es_gp().es.centers == CENTERS
+    with pytest.raises(ValueError, match="es_share"):
+        GeneticProgramming(2, pop_size=20, es_share=0.5, es_pairs=8)
+    with pytest.raises(ValueError, match="elites"):
+        GeneticProgramming(2, pop_size=20, es_share=0.9, es_pairs=4, elitism=5)
     with pytest.raises(ValueError, match="es_sigma"):
-        GeneticProgramming(2, pop_size=200, es_centers=1, es_sigma=0.0)
+        GeneticProgramming(2, pop_size=200, es_share=0.1, es_sigma=0.0)

@@ -96,3 +96,17 @@ def test_opcheck_vary_cuda():
     args = (*pop.tensors(), *pop.tensors(), i, i.flip(0), op, z, z, torch.ones(len(ALL), device="cuda"), 2, 2,
             8, 4, 0.1, 0.2, 0.1, 0.2, -1.0, 1.0, 0.3, 0.3, 5)
     torch.library.opcheck(torch.ops.gprl.vary, args)
+
+
+def test_es_and_every_output_equal_cpu():
+    """The constants' evolution strategy and every-output initialisation give the CPU's trees on CUDA."""
+    def run(device):
+        gp = GeneticProgramming(3, 3, pop_size=600, max_len=48, functions=["add", "mul", "sin", "max"],
+                                init_every_output=True, es_share=0.2, es_pairs=4, seed=4, device=device)
+        pop, X = gp.init(), torch.linspace(-1, 1, 90, device=device).view(30, 3)
+        for _ in range(6):
+            out = pop.forward(X)
+            pop = gp.step(pop, (out - X.sum(1, keepdim=True)).pow(2).mean((1, 2)).nan_to_num(1e6))
+        return pop
+
+    assert_same_trees(run("cpu"), run("cuda"), "es")
