@@ -14,7 +14,8 @@ TARGET = np.array([0.5, -2.0, 3.0])
 
 def es_gp(**kw):
     return GeneticProgramming(2, pop_size=60, max_len=16, elitism=2, functions=["add", "mul"], seed=3,
-                              es_share=CENTERS * GROUP / 60 + 1e-9, es_pairs=PAIRS, es_sigma=0.1, es_step=0.5, **kw)
+                              es_share=CENTERS * GROUP / 60 + 1e-9, es_pairs=PAIRS, es_sigma=0.1,
+                              es_step=0.5, **kw)
 
 
 def constants(pop: Population) -> list[np.ndarray]:
