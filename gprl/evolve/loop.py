@@ -119,7 +119,7 @@ class Evolution:
                 elapsed = self.elapsed()
                 stop = "generations" if reached else \
                     "time_limit" if self.time_limit is not None and elapsed >= self.time_limit else ""
-                if report is not None:  # every evaluated generation is reported, the last one too
+                if report is not None:  # reported even when the loop stops after it
                     asked = report(Generation(g, pops, fitness, metrics, time.perf_counter() - began, elapsed,
                                               stop))
                     stop = stop or asked or ""
