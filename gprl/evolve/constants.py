@@ -23,6 +23,9 @@ Everything is tensor algebra over the ``k`` trees at once on their device; the o
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 
 from gprl.core.population import CONST, KIND_MASK, Population
@@ -141,3 +144,22 @@ def tune_best(population: Population, loss: torch.Tensor, objective, k: int,
     tuned, tuned_loss = optimize_constants(population[idx], objective, iterations, loss=loss[idx])
     values = population.value.index_copy(0, idx, tuned.value)
     return _with_values(population, values), loss.index_copy(0, idx, tuned_loss.to(loss.dtype))
+
+
+@dataclass(frozen=True)
+class ConstantFitting:
+    """Constant fitting as a step of the generation loop (:class:`gprl.evolve.loop.Evolution`): every
+    ``every`` generations the constants of the ``trees`` best distinct trees of each population are fitted by
+    ``iterations`` Levenberg–Marquardt steps on ``objective`` (:func:`tune_best`). The population's fitness
+    must be that objective's loss."""
+
+    objective: Callable[[Population], torch.Tensor]
+    trees: int
+    iterations: int = 8
+    every: int = 1
+
+    def due(self, generation: int) -> bool:
+        return self.trees > 0 and generation % self.every == 0
+
+    def __call__(self, population: Population, loss: torch.Tensor) -> tuple[Population, torch.Tensor]:
+        return tune_best(population, loss, self.objective, self.trees, self.iterations)

@@ -16,6 +16,7 @@ import keyword
 import os
 import re
 from collections.abc import Sequence
+from string import Template
 from typing import Any
 
 import numpy as np
@@ -148,39 +149,43 @@ class _Printer(NumPyPrinter):
 PROTECTED_SOURCE = "\n\n".join(inspect.getsource(f) for f in (F.np_pdiv, F.np_pinv, F.np_plog)).replace(
     "np_pdiv", "pdiv").replace("np_pinv", "pinv").replace("np_plog", "plog").replace("np.", "numpy.")
 
+# what every exported module defines first: the kernels' constants, also as float32
+KERNEL_CONSTANTS = Template("""EPS = $eps
+BOUND = $bound
+EPS32, BOUND32 = numpy.float32(EPS), numpy.float32(BOUND)
+ZERO, ONE = numpy.float32(0.0), numpy.float32(1.0)""").substitute(eps=repr(F.EPS), bound=repr(F.BOUND))
+
+PROTECTED_FUNCTIONS = ("# protected functions: the exact semantics of gprl's kernels "
+                       "(gprl/core/functions.py)\n" + PROTECTED_SOURCE.strip())
+
 # Generated-module source: the C library's float32 transcendental functions, so exported NumPy code follows
 # the kernels' float32 arithmetic: equal to the CPU kernels except the last bit of a few sin/cos/tan values
 # (the kernels' own vectorised versions, kernels/trig_cpu.h); float64 rounded once where no libm loads.
-LIBM_SOURCE_LINES = [
-    "def _libm_functions():",
-    "    import ctypes, ctypes.util",
-    "    try:",
-    "        lib = ctypes.CDLL(ctypes.util.find_library('m') or 'libm.so.6')",
-    "    except OSError:",
-    "        lib = None",
-    "    out = {}",
-    ("    for name, arity, fallback in (('sinf', 1, numpy.sin), ('cosf', 1, numpy.cos),"
-     " ('tanf', 1, numpy.tan),"),
-    ("                                  ('expf', 1, numpy.exp), ('logf', 1, numpy.log),"
-     " ('tanhf', 1, numpy.tanh),"),
-    "                                  ('powf', 2, numpy.power)):",
-    "        cfn = getattr(lib, name, None) if lib is not None else None",
-    "        if cfn is None:",
-    "            out[name] = (lambda f: lambda *a: f(*(numpy.asarray(v, numpy.float64) for v in a)).astype(",
-    "                numpy.float32))(fallback)",
-    "            continue",
-    "        cfn.restype, cfn.argtypes = ctypes.c_float, [ctypes.c_float] * arity",
-    "        vec = numpy.frompyfunc(cfn, arity, 1)",
-    ("        out[name] = (lambda v: lambda *a: numpy.asarray(v(*(numpy.asarray(x, numpy.float32)"
-     " for x in a)),"),
-    "                                                        numpy.float32))(vec)",
-    "    return out",
-    "", "",
-    "_LIBM = _libm_functions()",
-    "sinf, cosf, tanf, expf, logf, tanhf, powf = (_LIBM[k] for k in ('sinf', 'cosf', 'tanf', 'expf', 'logf',",
-    "                                                              'tanhf', 'powf'))",
-    "", "",
-]
+LIBM_SOURCE = """def _libm_functions():
+    import ctypes, ctypes.util
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library('m') or 'libm.so.6')
+    except OSError:
+        lib = None
+    out = {}
+    for name, arity, fallback in (('sinf', 1, numpy.sin), ('cosf', 1, numpy.cos), ('tanf', 1, numpy.tan),
+                                  ('expf', 1, numpy.exp), ('logf', 1, numpy.log), ('tanhf', 1, numpy.tanh),
+                                  ('powf', 2, numpy.power)):
+        cfn = getattr(lib, name, None) if lib is not None else None
+        if cfn is None:
+            out[name] = (lambda f: lambda *a: f(*(numpy.asarray(v, numpy.float64) for v in a)).astype(
+                numpy.float32))(fallback)
+            continue
+        cfn.restype, cfn.argtypes = ctypes.c_float, [ctypes.c_float] * arity
+        vec = numpy.frompyfunc(cfn, arity, 1)
+        out[name] = (lambda v: lambda *a: numpy.asarray(v(*(numpy.asarray(x, numpy.float32) for x in a)),
+                                                        numpy.float32))(vec)
+    return out
+
+
+_LIBM = _libm_functions()
+sinf, cosf, tanf, expf, logf, tanhf, powf = (_LIBM[k] for k in ('sinf', 'cosf', 'tanf', 'expf', 'logf',
+                                                              'tanhf', 'powf'))"""
 
 
 # float32 NumPy code per kernel function (kernels/nodes.h); every result is then saturated like clampv
@@ -230,82 +235,138 @@ def kernel_order_lines(record: dict[str, Any], indent: str = "        ") -> list
     return lines
 
 
+# an exported module's formula_scores (the folded formulas, float64) and scores (the tree in float32 in the
+# kernels' order); $columns, $formulas and $kernel are generated lines
+SCORES_TEMPLATE = Template('''def formula_scores($arg):
+    """$formula_doc"""
+    $arg = _check($arg, numpy.float64)
+$columns
+    with numpy.errstate(all='ignore'):
+        out = [
+$formulas
+        ]
+    return numpy.stack(out, axis=-1)
+
+
+def scores($arg):
+    """$scores_doc"""
+    obs = _check($arg, numpy.float32)
+    with numpy.errstate(all='ignore'):
+        x = (obs - MEAN) / STD
+$kernel
+    return numpy.stack([numpy.broadcast_to(numpy.float32(v), obs.$batch) for v in ($outs,)], axis=-1)''')
+
+
 def scores_source(arg: str, names: Sequence[str], exprs: Sequence[sympy.Expr], record: dict[str, Any],
-                  n_out: int, column: str, batch: str, formula_doc: str, scores_doc: str) -> list[str]:
-    """Source of an exported module's ``formula_scores(arg)`` (the folded formulas, float64) and
-    ``scores(arg)`` (the tree in float32 in the kernels' order). ``column`` reads input ``{i}`` of ``arg``;
-    ``batch`` is the outputs' batch shape as an attribute of the input array (``"shape[:-1]"``)."""
+                  n_out: int, column: str, batch: str, formula_doc: str, scores_doc: str) -> str:
+    """Source of an exported module's ``formula_scores(arg)`` and ``scores(arg)`` (:data:`SCORES_TEMPLATE`).
+    ``column`` reads input ``{i}`` of ``arg``; ``batch`` is the outputs' batch shape as an attribute of the
+    input array (``"shape[:-1]"``)."""
     printer = _Printer()
-    lines = [f"def formula_scores({arg}):", f'    """{formula_doc}"""',
-             f"    {arg} = _check({arg}, numpy.float64)"]
-    lines += [f"    {name} = {column.format(i=i)}" for i, name in enumerate(names)]
-    lines += ["    with numpy.errstate(all='ignore'):", "        out = ["]
-    lines += [f"            numpy.broadcast_to({printer.doprint(e)}, {arg}.{batch})," for e in exprs]
-    lines += ["        ]", "    return numpy.stack(out, axis=-1)", "", "",
-              f"def scores({arg}):", f'    """{scores_doc}"""',
-              f"    obs = _check({arg}, numpy.float32)", "    with numpy.errstate(all='ignore'):",
-              "        x = (obs - MEAN) / STD"]
-    lines += kernel_order_lines(record)
-    outs = ", ".join(f"y{k}" for k in range(n_out))
-    lines += [(f"    return numpy.stack([numpy.broadcast_to(numpy.float32(v), obs.{batch}) "
-               f"for v in ({outs},)], axis=-1)"),
-              "", ""]
-    return lines
+    return SCORES_TEMPLATE.substitute(
+        arg=arg, formula_doc=formula_doc, scores_doc=scores_doc, batch=batch,
+        columns="\n".join(f"    {name} = {column.format(i=i)}" for i, name in enumerate(names)),
+        formulas="\n".join(f"            numpy.broadcast_to({printer.doprint(e)}, {arg}.{batch}),"
+                           for e in exprs),
+        kernel="\n".join(kernel_order_lines(record)), outs=", ".join(f"y{k}" for k in range(n_out)))
+
+
+def float32_array(values: Sequence[float]) -> str:
+    """Source of a float32 NumPy array of ``values``."""
+    return "numpy.array([" + ", ".join(repr(float(np.float32(v))) for v in values) + "], numpy.float32)"
+
+
+# policy.py; $bounds is BOUNDS_TEMPLATE where the actions are bounded, else empty
+POLICY_TEMPLATE = Template('''"""Exported gprl policy for $env (NumPy only; no gprl, no torch).
+
+Formulas in raw observation units (reading form of formula_scores; act() computes the same
+function in float32 in the training kernels' order):
+
+$formulas
+"""
+
+import numpy
+
+$constants
+OBS_NAMES = $obs_names
+ACTION_NAMES = $action_names
+ACTION_TRANSFORM = $transform
+MEAN = $mean
+STD = $std
+${bounds}META = $meta
+
+
+$protected
+
+
+# float32 transcendental functions: the C library's, so act() follows gprl's CPU kernels to the
+# last bit of a few values; without a loadable libm, float64 rounded once (within an ulp)
+def _r(fn, a):
+    return fn(numpy.asarray(a, numpy.float64)).astype(numpy.float32)
+
+
+$libm
+
+
+def _check(obs, dtype):
+    obs = numpy.asarray(obs, dtype=dtype)
+    if obs.shape[-1] != $n_obs:
+        raise ValueError(f'obs must have $n_obs entries in its last axis, got {obs.shape}')
+    return obs
+
+
+$scores
+
+
+def act(obs):
+    """The action for obs [n_obs] (or a batch [B, n_obs])."""
+    y = scores(obs)
+$action
+''')
+
+BOUNDS_TEMPLATE = Template("""LOW = $low
+HIGH = $high
+CENTER, HALF = (LOW + HIGH) / 2, (HIGH - LOW) / 2
+""")
+
+# the rest of act(), per action transform
+ARGMAX_ACTION = "    return numpy.argmax(numpy.where(numpy.isnan(y), -numpy.inf, y), axis=-1)"
+MAPPED_ACTION = Template("""    a = $mapped
+    # as the environments do: NaN -> 0, then the bounds
+    return $bounded.astype(numpy.float32)""")
+MAPPED = {"tanh": "CENTER + HALF * _r(numpy.tanh, y)", "clip": "numpy.minimum(numpy.maximum(y, LOW), HIGH)",
+          "none": "y"}
 
 
 def numpy_source(exprs: Sequence[sympy.Expr], obs_names: Sequence[str], action_names: Sequence[str],
                  transform: str, readable_text: str, meta: dict[str, Any], record: dict[str, Any],
                  mean: Sequence[float], std: Sequence[float], low: Sequence[float] | None,
                  high: Sequence[float] | None) -> str:
-    """A self-contained module (NumPy only) with ``act(obs) -> action``.
+    """A self-contained module (NumPy only) with ``act(obs) -> action`` (:data:`POLICY_TEMPLATE`).
 
     ``act`` evaluates the tree in float32 in the kernels' order (normalise, tree, action map), so a replay
     follows the training trajectories; ``formula_scores`` evaluates the folded raw-unit formula (float64)."""
-    n_obs, n_out = len(obs_names), len(action_names)
-    lines = [f'"""Exported gprl policy for {meta.get("env", "?")} (NumPy only; no gprl, no torch).', "",
-             "Formulas in raw observation units (reading form of formula_scores; act() computes the same",
-             "function in float32 in the training kernels' order):", ""]
-    lines += ["    " + ln for ln in readable_text.strip().splitlines()]
-    f32list = lambda vals: ("numpy.array([" + ", ".join(repr(float(np.float32(v))) for v in vals)
-                            + "], numpy.float32)")
-    lines += ['"""', "", "import numpy", "", f"EPS = {F.EPS!r}", f"BOUND = {F.BOUND!r}",
-              "EPS32, BOUND32 = numpy.float32(EPS), numpy.float32(BOUND)",
-              "ZERO, ONE = numpy.float32(0.0), numpy.float32(1.0)",
-              f"OBS_NAMES = {list(obs_names)!r}", f"ACTION_NAMES = {list(action_names)!r}",
-              f"ACTION_TRANSFORM = {transform!r}", f"MEAN = {f32list(mean)}", f"STD = {f32list(std)}"]
-    if low is not None:
-        lines += [f"LOW = {f32list(low)}", f"HIGH = {f32list(high)}",
-                  "CENTER, HALF = (LOW + HIGH) / 2, (HIGH - LOW) / 2"]
-    lines += [f"META = {json.dumps(meta, sort_keys=True)!r}", "", "",
-              "# protected functions: the exact semantics of gprl's kernels (gprl/core/functions.py)",
-              PROTECTED_SOURCE.strip(), "", "",
-              ("# float32 transcendental functions: the C library's, so act() follows gprl's CPU kernels"
-               " to the"),
-              "# last bit of a few values; without a loadable libm, float64 rounded once (within an ulp)",
-              "def _r(fn, a):", "    return fn(numpy.asarray(a, numpy.float64)).astype(numpy.float32)",
-              "", "",
-              *LIBM_SOURCE_LINES,
-              "def _check(obs, dtype):", "    obs = numpy.asarray(obs, dtype=dtype)",
-              f"    if obs.shape[-1] != {n_obs}:",
-              (f"        raise ValueError(f'obs must have {n_obs} entries in its last axis, "
-               "got {obs.shape}')"),
-              "    return obs", "", ""]
-    lines += scores_source("obs", obs_names, exprs, record, n_out, column="obs[..., {i}]",
+    if transform == "argmax":
+        action = ARGMAX_ACTION
+    else:
+        bounded = "numpy.clip(numpy.nan_to_num(a, nan=0.0), LOW, HIGH)" if low is not None \
+            else "numpy.nan_to_num(a, nan=0.0)"
+        action = MAPPED_ACTION.substitute(mapped=MAPPED[transform], bounded=bounded)
+    scores = scores_source("obs", obs_names, exprs, record, len(action_names), column="obs[..., {i}]",
                            batch="shape[:-1]",
                            formula_doc="The folded formulas (raw units, float64) for obs [..., n_obs].",
                            scores_doc="Tree outputs (before the action map) in float32, in the kernels' "
                                       "order.")
-    lines += ["def act(obs):", '    """The action for obs [n_obs] (or a batch [B, n_obs])."""',
-              "    y = scores(obs)"]
-    if transform == "argmax":
-        lines.append("    return numpy.argmax(numpy.where(numpy.isnan(y), -numpy.inf, y), axis=-1)")
-    else:
-        mapped = {"tanh": "CENTER + HALF * _r(numpy.tanh, y)",
-                  "clip": "numpy.minimum(numpy.maximum(y, LOW), HIGH)", "none": "y"}[transform]
-        lines += [f"    a = {mapped}", "    # as the environments do: NaN -> 0, then the bounds",
-                  "    return numpy.clip(numpy.nan_to_num(a, nan=0.0), LOW, HIGH).astype(numpy.float32)"
-                  if low is not None else "    return numpy.nan_to_num(a, nan=0.0).astype(numpy.float32)"]
-    return "\n".join(lines) + "\n"
+    bounds = "" if low is None else BOUNDS_TEMPLATE.substitute(low=float32_array(low),
+                                                                 high=float32_array(high))
+    return POLICY_TEMPLATE.substitute(
+        env=meta.get("env", "?"),
+        formulas="\n".join("    " + ln for ln in readable_text.strip().splitlines()),
+        constants=KERNEL_CONSTANTS, obs_names=repr(list(obs_names)),
+        action_names=repr(list(action_names)), transform=repr(transform), mean=float32_array(mean),
+        std=float32_array(std), bounds=bounds, meta=repr(json.dumps(meta, sort_keys=True)),
+        protected=PROTECTED_FUNCTIONS, libm=LIBM_SOURCE, n_obs=len(obs_names), scores=scores,
+        action=action)
 
 
 def latex_source(exprs: Sequence[sympy.Expr], action_names: Sequence[str]) -> str:

@@ -21,7 +21,6 @@ a single output with a sigmoid for two classes.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -48,7 +47,8 @@ from gprl.core.population import Population, unprotect
 from gprl.core.seeds import mix_seed
 from gprl.evolve.algorithm import GeneticProgramming
 from gprl.evolve.config import GPConfig
-from gprl.evolve.constants import tune_best
+from gprl.evolve.constants import ConstantFitting, tune_best
+from gprl.evolve.loop import Evolution, Generation
 from gprl.sr.datasets import check_features, check_targets
 from gprl.sr.objectives import ClassificationObjective, RegressionObjective
 
@@ -228,36 +228,18 @@ class _SymbolicBase(BaseEstimator):
         # island 0 runs with the estimator's own seed, so ensemble_size=1 is the plain single run
         gps = [GeneticProgramming(train.n_in, train.n_out, config, seed=seed if k == 0 else mix_seed(seed, k),
                                   device=device) for k in range(n_islands)]
-        start = time.monotonic()
-        pops = [gp.init() for gp in gps]
-        watch = self.target_loss is not None or self.verbose or self.callback is not None
-        self.n_generations_ = 0
         n_tune = int(self.optimize_constants)
-        tune = (lambda pop, loss: tune_best(pop, loss, train, n_tune, int(self.optimizer_iterations)))
-        P = int(self.population_size)
-        for g in range(int(self.generations) + 1):
-            loss = train(pops[0] if n_islands == 1 else Population.cat(pops))
-            losses = list(loss.split(P))
-            if n_tune and g % int(self.optimize_every) == 0:
-                for k in range(n_islands):
-                    pops[k], losses[k] = tune(pops[k], losses[k])
-            last = g == int(self.generations)  # the last population is evaluated and archived, not varied
-            if not last and watch:
-                # the one host sync of a watched generation
-                best = float(min(lo.min() for lo in losses)) * factor
-                if self.verbose:
-                    print(f"generation {g}: best loss {best:.6g} ({time.monotonic() - start:.1f} s)")
-                if self.callback is not None:
-                    self.callback({"generation": g, "best_loss": best, "seconds": time.monotonic() - start})
-                last = self.target_loss is not None and best <= float(self.target_loss)
-            last = last or (self.time_limit is not None and time.monotonic() - start > float(self.time_limit))
-            if last:
-                for gp, pop, lo in zip(gps, pops, losses):
-                    gp.archive.update(pop, lo)
-                break
-            pops = [gp.step(pop, lo) for gp, pop, lo in zip(gps, pops, losses)]
-            self.n_generations_ = g + 1
-        self.fit_seconds_ = time.monotonic() - start
+        constants = ConstantFitting(train, n_tune, int(self.optimizer_iterations), int(self.optimize_every)) \
+            if n_tune else None
+        search = Evolution(gps, lambda population, generation: (train(population), {}),
+                           generations=int(self.generations),
+                           time_limit=None if self.time_limit is None else float(self.time_limit),
+                           constants=constants, finish="archive")
+        watch = self.target_loss is not None or self.verbose or self.callback is not None
+        result = search.run([gp.init() for gp in gps],
+                            report=(lambda generation: self._report(generation, factor)) if watch else None)
+        self.n_generations_ = result.generation
+        self.fit_seconds_ = search.elapsed()
         val = None if val_rows is None else make_objective(Xs[val_rows], targets[val_rows],
                                                            sub(weight, val_rows), device)
         fronts, coefs, complexity, used, trained, island, chosen = [], [], [], [], [], [], []
@@ -298,6 +280,17 @@ class _SymbolicBase(BaseEstimator):
                                       self.members_, factor)
         self.device_ = str(device)
         return self
+
+    def _report(self, generation: Generation, factor: float) -> str:
+        """Progress of a watched generation (``factor``: the search's losses to y's units); "target_loss"
+        once it is reached."""
+        g, seconds = generation.number, generation.elapsed_s
+        best = float(min(loss.min() for loss in generation.fitness)) * factor  # the one host sync
+        if self.verbose:
+            print(f"generation {g}: best loss {best:.6g} ({seconds:.1f} s)")
+        if self.callback is not None:
+            self.callback({"generation": g, "best_loss": best, "seconds": seconds})
+        return "target_loss" if self.target_loss is not None and best <= float(self.target_loss) else ""
 
     def _table(self, complexity, loss, train_loss, island, members, factor):
         """The fronts (one per island, each shortest first) as a DataFrame; inputs are per-island lists of

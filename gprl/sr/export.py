@@ -14,16 +14,17 @@ import csv
 import json
 import os
 from collections.abc import Sequence
+from string import Template
 from typing import Any
 
-import numpy as np
 import sympy
 
-from gprl.core import functions as F
 from gprl.core.population import Population
 from gprl.rl.export import (
-    LIBM_SOURCE_LINES,
-    PROTECTED_SOURCE,
+    KERNEL_CONSTANTS,
+    LIBM_SOURCE,
+    PROTECTED_FUNCTIONS,
+    float32_array,
     plain,
     policy_expressions,
     readable,
@@ -49,57 +50,89 @@ def front_equation(tree: Population, mean: Sequence[float], std: Sequence[float]
     return "; ".join(sympy.sstr(e) for e in exprs)
 
 
+# model.py; $functions is REGRESSION_FUNCTIONS or CLASSIFICATION_FUNCTIONS
+MODEL_TEMPLATE = Template('''"""Exported gprl $task model for $dataset (NumPy only; no gprl, no torch).
+
+Formulas over the raw features (reading form; scores() computes the same function in float32
+in the training kernels' order):
+
+$formulas
+"""
+
+import numpy
+
+$constants
+FEATURE_NAMES = $feature_names
+OUTPUT_NAMES = $output_names
+CLASSES = $classes
+MEAN = $mean
+STD = $std
+META = $meta
+
+
+$protected
+
+
+$libm
+
+
+def _check(X, dtype):
+    X = numpy.asarray(X, dtype=dtype)
+    if X.ndim != 2 or X.shape[-1] != $n_in:
+        raise ValueError(f'X must be [n_samples, $n_in] ({FEATURE_NAMES}), got shape {X.shape}')
+    return X
+
+
+$scores
+
+
+$functions
+''')
+
+REGRESSION_FUNCTIONS = '''def predict(X):
+    """Predictions [n] (or [n, n_targets]) for X [n, n_features]."""
+    y = scores(X)
+    return y[:, 0] if y.shape[1] == 1 else y'''
+
+CLASSIFICATION_FUNCTIONS = '''def decision_function(X):
+    """Logits: [n] of the second class for two classes, else [n, n_classes]."""
+    z = scores(X).astype(numpy.float64)
+    return z[:, 0] if len(CLASSES) == 2 else z
+
+
+def predict_proba(X):
+    """Class probabilities [n, n_classes] (sigmoid or softmax)."""
+    z = decision_function(X)
+    if z.ndim == 1:
+        p = 1.0 / (1.0 + numpy.exp(-numpy.clip(z, -700, 700)))
+        return numpy.stack([1.0 - p, p], axis=1)
+    z = z - z.max(axis=1, keepdims=True)
+    e = numpy.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def predict(X):
+    """Class labels [n] (as in training: logit > 0, or the arg max)."""
+    z = decision_function(X)
+    k = (z > 0).astype(int) if z.ndim == 1 else \\
+        numpy.argmax(numpy.where(numpy.isnan(z), -numpy.inf, z), axis=1)
+    return numpy.asarray(CLASSES)[k]'''
+
+
 def _module_source(exact: Sequence[sympy.Expr], names: Sequence[str], out_names: Sequence[str], task: str,
                    classes: Sequence[Any] | None, text: str, meta: dict[str, Any], record: dict[str, Any],
                    mean: Sequence[float], std: Sequence[float]) -> str:
-    n_in, n_out = len(names), len(out_names)
-    f32list = lambda vals: ("numpy.array([" + ", ".join(repr(float(np.float32(v))) for v in vals)
-                            + "], numpy.float32)")
-    lines = [f'"""Exported gprl {task} model for {meta.get("dataset", "?")} (NumPy only; no gprl, no torch).',
-             "",
-             "Formulas over the raw features (reading form; scores() computes the same function in float32",
-             "in the training kernels' order):", ""]
-    lines += ["    " + ln for ln in text.strip().splitlines()]
-    lines += ['"""', "", "import numpy", "", f"EPS = {F.EPS!r}", f"BOUND = {F.BOUND!r}",
-              "EPS32, BOUND32 = numpy.float32(EPS), numpy.float32(BOUND)",
-              "ZERO, ONE = numpy.float32(0.0), numpy.float32(1.0)",
-              f"FEATURE_NAMES = {list(names)!r}", f"OUTPUT_NAMES = {list(out_names)!r}",
-              f"CLASSES = {None if classes is None else list(classes)!r}",
-              f"MEAN = {f32list(mean)}", f"STD = {f32list(std)}",
-              f"META = {json.dumps(meta, sort_keys=True)!r}", "", "",
-              "# protected functions: the exact semantics of gprl's kernels (gprl/core/functions.py)",
-              PROTECTED_SOURCE.strip(), "", "",
-              *LIBM_SOURCE_LINES,
-              "def _check(X, dtype):", "    X = numpy.asarray(X, dtype=dtype)",
-              f"    if X.ndim != 2 or X.shape[-1] != {n_in}:",
-              (f"        raise ValueError(f'X must be [n_samples, {n_in}] ({{FEATURE_NAMES}}), "
-               "got shape {X.shape}')"),
-              "    return X", "", ""]
-    lines += scores_source("X", names, exact, record, n_out, column="X[:, {i}]", batch="shape[:1]",
+    scores = scores_source("X", names, exact, record, len(out_names), column="X[:, {i}]", batch="shape[:1]",
                            formula_doc="The folded formulas (raw units, float64) for X [n, n_features].",
                            scores_doc="Tree outputs [n, n_outputs] in float32, in the kernels' order.")
-    if task == "regression":
-        lines += ["def predict(X):", '    """Predictions [n] (or [n, n_targets]) for X [n, n_features]."""',
-                  "    y = scores(X)", "    return y[:, 0] if y.shape[1] == 1 else y"]
-    else:
-        lines += ["def decision_function(X):",
-                  '    """Logits: [n] of the second class for two classes, else [n, n_classes]."""',
-                  "    z = scores(X).astype(numpy.float64)", "    return z[:, 0] if len(CLASSES) == 2 else z",
-                  "", "",
-                  "def predict_proba(X):",
-                  '    """Class probabilities [n, n_classes] (sigmoid or softmax)."""',
-                  "    z = decision_function(X)", "    if z.ndim == 1:",
-                  "        p = 1.0 / (1.0 + numpy.exp(-numpy.clip(z, -700, 700)))",
-                  "        return numpy.stack([1.0 - p, p], axis=1)",
-                  "    z = z - z.max(axis=1, keepdims=True)", "    e = numpy.exp(z)",
-                  "    return e / e.sum(axis=1, keepdims=True)", "", "",
-                  "def predict(X):",
-                  '    """Class labels [n] (as in training: logit > 0, or the arg max)."""',
-                  "    z = decision_function(X)",
-                  "    k = (z > 0).astype(int) if z.ndim == 1 else \\",
-                  "        numpy.argmax(numpy.where(numpy.isnan(z), -numpy.inf, z), axis=1)",
-                  "    return numpy.asarray(CLASSES)[k]"]
-    return "\n".join(lines) + "\n"
+    return MODEL_TEMPLATE.substitute(
+        task=task, dataset=meta.get("dataset", "?"),
+        formulas="\n".join("    " + ln for ln in text.strip().splitlines()), constants=KERNEL_CONSTANTS,
+        feature_names=repr(list(names)), output_names=repr(list(out_names)),
+        classes=repr(None if classes is None else list(classes)), mean=float32_array(mean),
+        std=float32_array(std), meta=repr(json.dumps(meta, sort_keys=True)),
+        protected=PROTECTED_FUNCTIONS, libm=LIBM_SOURCE, n_in=len(names), scores=scores,
+        functions=REGRESSION_FUNCTIONS if task == "regression" else CLASSIFICATION_FUNCTIONS)
 
 
 def export_model(out_dir: str | os.PathLike, tree: Population, mean: Sequence[float], std: Sequence[float],

@@ -1,9 +1,12 @@
-"""The training loop behind ``train.py``: config → task → generations → checkpoints, metrics, export, W&B.
+"""The training run behind ``train.py`` (:class:`Run`): config → task → generations → checkpoints, metrics,
+export, W&B.
 
-The loop is task-agnostic (:mod:`gprl.train.tasks`): per generation it evaluates the population (one batched
-call), logs a JSON line and a progress bar, varies the population, and every ``checkpoint_every`` generations
-writes a checkpoint atomically. Everything random derives from ``seed`` and the generation number, so a run
-killed and resumed (``resume=<run dir>``) ends bit-identical to an uninterrupted one on the CPU.
+The run is task-agnostic (:mod:`gprl.train.tasks`) and drives the one generation loop
+(:class:`gprl.evolve.loop.Evolution`): per generation the task evaluates the population (one batched call),
+the run logs a JSON line and a progress bar, the population is varied, and every ``checkpoint_every``
+generations a checkpoint is written atomically. Everything random derives from ``seed`` and the generation
+number, so a run killed and resumed (``resume=<run dir>``) ends bit-identical to an uninterrupted one on the
+CPU.
 
 Under ``torchrun`` (:mod:`gprl.train.distributed`) every rank runs this loop: the task evaluates the rank's
 shard and gathers the results, rank 0 alone varies the population (broadcast to all ranks) and alone writes
@@ -19,7 +22,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +33,7 @@ from gprl import envs
 from gprl.core.population import Population
 from gprl.evolve.algorithm import GeneticProgramming
 from gprl.evolve.config import GPConfig
+from gprl.evolve.loop import Evolution, Generation
 from gprl.train import distributed
 from gprl.train.checkpoint import (
     check_config,
@@ -185,7 +188,7 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
     validation/export with the last one intact (both with the resume hint)."""
     with sigterm_as_interrupt():
         try:
-            return _run(cfg, run_dir)
+            return Run(cfg, run_dir).execute()
         except KeyboardInterrupt as err:  # during set-up, or a second interrupt while handling the first
             if os.environ.get("RANK", "0") in ("", "0"):
                 folder = Path(cfg.get("resume") or run_dir)
@@ -194,65 +197,139 @@ def run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
             raise SystemExit(_exit_code(err)) from None
 
 
-def _run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
-    cfg = _plain(cfg)
-    # the schema holds both sections; a run keeps only the one its task reads (config.yaml, W&B, fingerprint)
-    cfg.pop("dataset" if uses_env(cfg) else "env", None)
-    cfg = apply_backend_defaults(cfg)
-    gp_cfg = cfg["gp"]
-    _check_positive("gp.population_size", gp_cfg.get("population_size"), allow_none=False)
-    _check_positive("gp.generations", gp_cfg.get("generations"))
-    _check_positive("gp.time_limit", gp_cfg.get("time_limit"))
-    if gp_cfg.get("generations") is None and gp_cfg.get("time_limit") is None:
-        raise ValueError("set gp.generations or gp.time_limit (or both): the run needs a stopping rule")
-    every = int(cfg.get("checkpoint_every", 5))
-    if every < 1:
-        raise ValueError(f"checkpoint_every must be >= 1, got {every}")
-    pop_size = int(gp_cfg["population_size"])
-    islands = gp_cfg["islands"]  # its own range is GeneticProgramming's check
-    if isinstance(islands, int) and islands >= 1 and pop_size % islands:
-        raise ValueError(f"gp.population_size ({pop_size}) must be a multiple of gp.islands ({islands}); "
-                         "change one of them")
+class Run:
+    """One training run in the order it happens: :meth:`set_up` (configuration, processes, checkpoint, task,
+    run directory, search, tracker), :meth:`evolve` (the generations, :class:`gprl.evolve.loop.Evolution`),
+    :meth:`finish` (validation, export, summary, W&B), and one :meth:`close` for every way it ends."""
 
-    dist = distributed.init(cfg)  # world size 1 (every collective a no-op) without torchrun
-    if (cfg.get("dist") or {}).get("shard", "population") == "population" or uses_env(cfg):
-        dist.check_shardable(pop_size, "gp.population_size", "individual")
-    # rank 0's run directory is the run's (the others' Hydra directories are scratch; they write nothing)
-    run_dir = Path(dist.broadcast_object(str(cfg.get("resume") or run_dir)))
-    dist.hint = (f" Checkpoints already written under {run_dir}/checkpoints are intact: continue with "
-                 f"resume={run_dir} (with any number of processes).")
-    main = dist.is_main
+    def __init__(self, cfg, run_dir: str | os.PathLike):
+        self.cfg, self.run_dir = _plain(cfg), run_dir
+        self.phase = "set-up"  # which interrupt message applies
+        self.dist: distributed.Dist | None = None
+        self.task: Task | None = None
+        self.tracker: Tracker | None = None
+        self.bar = None
 
-    state, damaged = None, []
-    if cfg.get("resume"):
-        with dist.agree("loading the checkpoint"):
-            state = load_checkpoint(run_dir, damaged) if main else None  # raises before anything is written
-        state = dist.broadcast_object(state, "sharing the checkpoint")
+    def execute(self) -> dict[str, Any]:
+        try:
+            self.set_up()
+            self.evolve()
+            summary = self.finish()
+        except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM
+            if self.phase == "evolve":
+                self.checkpoint(self.snap)
+            self.close("interrupted")
+            if self.phase == "set-up":
+                raise  # run() gives the resume hint, if a checkpoint exists
+            if self.main:
+                how = " by SIGTERM" if isinstance(err, Terminated) else ""
+                print(f"\ninterrupted{how}: checkpoint written; continue with resume={self.run_dir}"
+                      if self.phase == "evolve" else
+                      f"\ninterrupted during validation/export: the checkpoint of generation "
+                      f"{self.result.generation} is intact; continue with resume={self.run_dir} to redo them")
+            raise SystemExit(_exit_code(err)) from None
+        except BaseException:
+            self.close("failed")
+            raise
+        self.close("done")
+        if self.main:
+            shown = ("stopped_by", "generations", "best_train_return", "best_train_loss", "validation_return",
+                     "test_loss", "test_accuracy", "test_r2", "elapsed_s")
+            print(json.dumps({k: summary[k] for k in shown if k in summary}))
+            for name, formula in summary.get("formulas", {}).items():
+                print(f"{name} = {formula}")
+        return summary
 
-    threads = cfg.get("threads", "auto")
-    if threads == "auto":
-        # MuJoCo's own threads use the cores; torch's OpenMP pool would only contend with them
-        if uses_env(cfg) and resolve_backend(cfg["env"]) in ("mujoco", "gymnasium") \
-                and cfg.get("device", "auto") in ("auto", "cpu"):
-            torch.set_num_threads(1)
-    elif threads:
-        torch.set_num_threads(int(threads))
+    # ---- set-up ----
+    def set_up(self) -> None:
+        self.check_config()
+        self.start_processes()
+        self.load_checkpoint()
+        self.set_threads()
+        with self.dist.agree("setting up the task"):
+            self.task = make_task(self.cfg, self.dist)
+        self.write_run_directory()
+        self.make_search()
+        wcfg = self.cfg.get("wandb") or {}
+        self.tracker = Tracker(wcfg.get("mode", "offline") if self.main else "disabled", config=self.cfg,
+                               directory=str(self.run_dir), project=wcfg.get("project", "gprl"),
+                               entity=wcfg.get("entity"), group=wcfg.get("group"), tags=wcfg.get("tags"),
+                               name=wcfg.get("name"), run_id=self.wandb_id)
+        if self.cfg.get("progress", True) and self.main:
+            from tqdm import tqdm
 
-    task = None
-    try:
-        with dist.agree("setting up the task"):
-            task = make_task(cfg, dist)
-        fingerprint = {**task.fingerprint(), "population_size": pop_size, "max_len": int(gp_cfg["max_len"])}
-        search = search_config(cfg)  # stored in every checkpoint: a resume changes it only on purpose
+            self.bar = tqdm(total=self.gp_cfg.get("generations"), initial=self.start, unit="gen",
+                            dynamic_ncols=True)
+
+    def check_config(self) -> None:
+        cfg = self.cfg
+        # the schema holds both sections; a run keeps only the one its task reads (config.yaml, W&B,
+        # fingerprint)
+        cfg.pop("dataset" if uses_env(cfg) else "env", None)
+        apply_backend_defaults(cfg)
+        gp_cfg = self.gp_cfg = cfg["gp"]
+        _check_positive("gp.population_size", gp_cfg.get("population_size"), allow_none=False)
+        _check_positive("gp.generations", gp_cfg.get("generations"))
+        _check_positive("gp.time_limit", gp_cfg.get("time_limit"))
+        if gp_cfg.get("generations") is None and gp_cfg.get("time_limit") is None:
+            raise ValueError("set gp.generations or gp.time_limit (or both): the run needs a stopping rule")
+        self.every = int(cfg.get("checkpoint_every", 5))
+        if self.every < 1:
+            raise ValueError(f"checkpoint_every must be >= 1, got {self.every}")
+        self.pop_size = pop_size = int(gp_cfg["population_size"])
+        islands = gp_cfg["islands"]  # its own range is GeneticProgramming's check
+        if isinstance(islands, int) and islands >= 1 and pop_size % islands:
+            raise ValueError(f"gp.population_size ({pop_size}) must be a multiple of gp.islands "
+                             f"({islands}); change one of them")
+
+    def start_processes(self) -> None:
+        cfg = self.cfg
+        self.dist = dist = distributed.init(cfg)  # world size 1 (every collective a no-op) without torchrun
+        if (cfg.get("dist") or {}).get("shard", "population") == "population" or uses_env(cfg):
+            dist.check_shardable(self.pop_size, "gp.population_size", "individual")
+        # rank 0's run directory is the run's (the others' Hydra directories are scratch; they write nothing)
+        self.run_dir = run_dir = Path(dist.broadcast_object(str(cfg.get("resume") or self.run_dir)))
+        dist.hint = (f" Checkpoints already written under {run_dir}/checkpoints are intact: continue with "
+                     f"resume={run_dir} (with any number of processes).")
+        self.main = dist.is_main
+
+    def load_checkpoint(self) -> None:
+        self.state, self.damaged = None, []
+        if self.cfg.get("resume"):
+            with self.dist.agree("loading the checkpoint"):
+                # raises before anything is written
+                state = load_checkpoint(self.run_dir, self.damaged) if self.main else None
+            self.state = self.dist.broadcast_object(state, "sharing the checkpoint")
+
+    def set_threads(self) -> None:
+        cfg = self.cfg
+        threads = cfg.get("threads", "auto")
+        if threads == "auto":
+            # MuJoCo's own threads use the cores; torch's OpenMP pool would only contend with them
+            if uses_env(cfg) and resolve_backend(cfg["env"]) in ("mujoco", "gymnasium") \
+                    and cfg.get("device", "auto") in ("auto", "cpu"):
+                torch.set_num_threads(1)
+        elif threads:
+            torch.set_num_threads(int(threads))
+
+    def write_run_directory(self) -> None:
+        """Checks a resumed run against its checkpoint, then (rank 0) writes the configuration and the
+        banner."""
+        cfg, state, run_dir, task = self.cfg, self.state, self.run_dir, self.task
+        self.fingerprint = {**task.fingerprint(), "population_size": self.pop_size,
+                            "max_len": int(self.gp_cfg["max_len"])}
+        # stored in every checkpoint: a resume changes it only on purpose
+        self.search_settings = search_config(cfg)
         changes: dict[str, dict[str, Any]] = {}
         if state is not None:  # the same checks on every rank
-            check_fingerprint(state["fingerprint"], fingerprint, run_dir)
-            changes = check_config(state.get("config"), search, run_dir,
+            check_fingerprint(state["fingerprint"], self.fingerprint, run_dir)
+            changes = check_config(state.get("config"), self.search_settings, run_dir,
                                    bool(cfg.get("resume_allow_changes")))
-        with dist.agree("writing the run directory"):
-            if main:
+        self.changes = changes
+        with self.dist.agree("writing the run directory"):
+            if self.main:
                 run_dir.mkdir(parents=True, exist_ok=True)
-                for path in damaged:  # set aside: neither tried again nor counted by keep_checkpoints
+                for path in self.damaged:  # set aside: neither tried again nor counted by keep_checkpoints
                     path.replace(path.with_name(path.name + ".damaged"))
                 from omegaconf import OmegaConf
 
@@ -268,182 +345,169 @@ def _run(cfg, run_dir: str | os.PathLike) -> dict[str, Any]:
                 print(banner(cfg, str(task.device), str(run_dir),
                              None if state is None else int(state["generation"])),
                       flush=True)
-    except BaseException:
-        if task is not None:
-            task.close()
-        raise
 
-    seed = int(cfg["seed"])
-    gp = make_gp(gp_cfg, task, seed)
+    def make_search(self) -> None:
+        """The GP and its first population: a fresh one, or the checkpoint's with every counter."""
+        state, task = self.state, self.task
+        self.gp = gp = make_gp(self.gp_cfg, task, int(self.cfg["seed"]))
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+        if state is None:
+            self.population = self.share(gp.init() if self.main else None)
+            self.start, elapsed_before, self.total_steps, self.wandb_id = 0, 0.0, 0, None
+            self.best_so_far = -math.inf if task.maximize else math.inf
+            self.resume_changes: list[dict[str, Any]] = []
+            if self.main:
+                self.metrics_path.write_text("")
+        else:
+            set_rng_states(state["rng"])
+            self.population = population_from_state(state["population"], gp.device)
+            gp.generation = self.start = int(state["generation"])
+            gp.archive.loss = state["archive_loss"].to(gp.device)
+            gp.archive.trees = population_from_state(state["archive_trees"], gp.device)
+            task.load_state_dict(state["task"])
+            elapsed_before, self.total_steps = state["elapsed"], state["total_env_steps"]
+            self.best_so_far, self.wandb_id = state["best_so_far"], state.get("wandb_id")
+            # every continuation with changed settings, in order (the run's record of them)
+            self.resume_changes = [*state.get("resume_changes", []),
+                                   *([{"generation": self.start, "changes": self.changes}]
+                                     if self.changes else [])]
+            if self.main:
+                _truncate_metrics(self.metrics_path, self.start)
+        self.search = Evolution([gp], task.evaluate, generations=self.gp_cfg.get("generations"),
+                                time_limit=self.gp_cfg.get("time_limit"), elapsed_before=elapsed_before,
+                                step=self.vary, agree=self.agree_on_stop)
 
-    def share(population: Population | None) -> Population:
-        # rank 0 varies, every rank evaluates: the new population goes to all ranks
-        return dist.broadcast_population(population, size=pop_size, n_in=task.n_in, n_out=task.n_out,
-                                         max_len=int(gp_cfg["max_len"]), device=gp.device)
+    def share(self, population: Population | None) -> Population:
+        """Rank 0's population on every rank (rank 0 varies, every rank evaluates)."""
+        return self.dist.broadcast_population(population, size=self.pop_size, n_in=self.task.n_in,
+                                              n_out=self.task.n_out, max_len=int(self.gp_cfg["max_len"]),
+                                              device=self.gp.device)
 
-    metrics_path = run_dir / "metrics.jsonl"
-    if state is None:
-        pop = share(gp.init() if main else None)
-        start_gen, elapsed0, total_steps, wandb_id = 0, 0.0, 0, None
-        best_so_far = -math.inf if task.maximize else math.inf
-        resume_changes: list[dict[str, Any]] = []
-        if main:
-            metrics_path.write_text("")
-    else:
-        set_rng_states(state["rng"])
-        pop = population_from_state(state["population"], gp.device)
-        gp.generation = start_gen = int(state["generation"])
-        gp.archive.loss = state["archive_loss"].to(gp.device)
-        gp.archive.trees = population_from_state(state["archive_trees"], gp.device)
-        task.load_state_dict(state["task"])
-        elapsed0, total_steps, best_so_far = state["elapsed"], state["total_env_steps"], state["best_so_far"]
-        wandb_id = state.get("wandb_id")
-        # every continuation with changed settings, in order (the run's record of them)
-        resume_changes = [*state.get("resume_changes", []),
-                          *([{"generation": start_gen, "changes": changes}] if changes else [])]
-        if main:
-            _truncate_metrics(metrics_path, start_gen)
+    # ---- the generations ----
+    def evolve(self) -> None:
+        self.snap = self.snapshot(self.start)
+        self.phase = "evolve"
+        with open(self.metrics_path if self.main else os.devnull, "a") as self.metrics_file:
+            self.result = self.search.run([self.population], start=self.start, report=self.log_generation,
+                                          before=self.before_generation)
+        if self.bar is not None:
+            self.bar.close()
 
-    wcfg = cfg.get("wandb") or {}
-    tracker = Tracker(wcfg.get("mode", "offline") if main else "disabled", config=cfg, directory=str(run_dir),
-                      project=wcfg.get("project", "gprl"), entity=wcfg.get("entity"), group=wcfg.get("group"),
-                      tags=wcfg.get("tags"), name=wcfg.get("name"), run_id=wandb_id)
+    def before_generation(self, generation: int, populations: list[Population], stop: str) -> None:
+        """Keeps the state before evaluating ``generation`` (what Ctrl-C saves); writes it as a checkpoint
+        every ``checkpoint_every`` generations and at the end."""
+        self.population = populations[0]
+        self.snap = self.snapshot(generation)
+        if stop or (generation > self.start and generation % self.every == 0):
+            with self.dist.agree("writing a checkpoint"):
+                self.checkpoint(self.snap)
 
-    def snapshot(generation: int) -> dict[str, Any] | None:
-        # the consistent state *before* evaluating ``generation``: what Ctrl-C and periodic checkpoints save
-        if not main:
+    def log_generation(self, generation: Generation) -> str:
+        """Counts, logs (metrics line, W&B, progress bar) and returns "target_return" once
+        ``gp.target_return`` is reached."""
+        task, g, m = self.task, generation.number, generation.metrics
+        fitness = generation.fitness[0]
+        steps = int(m.get("env_steps", 0))
+        self.total_steps += steps
+        best_key = f"best_{task.score_name}"  # best_return (policies) or best_loss (lower is better)
+        best = float(m.get(best_key, fitness.max() if task.maximize else fitness.min()))
+        self.best_so_far = max(self.best_so_far, best) if task.maximize else min(self.best_so_far, best)
+        target = self.gp_cfg.get("target_return")
+        reached = target is not None and (self.best_so_far >= target if task.maximize
+                                          else self.best_so_far <= target)
+        with self.dist.agree("logging the generation"):
+            if self.main:
+                dt, elapsed = generation.evaluation_s, generation.elapsed_s
+                row = {"generation": g, **m, "best_so_far": self.best_so_far,
+                       "mean_size": float(generation.populations[0].lengths().float().mean()),
+                       "total_env_steps": self.total_steps, "env_steps_per_s": steps / max(dt, 1e-9),
+                       "generation_s": dt, "elapsed_s": elapsed}
+                self.metrics_file.write(json.dumps(row) + "\n")
+                self.metrics_file.flush()
+                self.tracker.log(row, step=g)
+                if self.bar is not None:
+                    name = task.score_name
+                    self.bar.set_postfix(best=f"{m.get(best_key, 0):.4g}",
+                                         mean=f"{m.get(f'mean_{name}', 0):.4g}",
+                                         size=f"{row['mean_size']:.1f}",
+                                         sps=f"{row['env_steps_per_s']:.0f}", t=f"{elapsed:.0f}s")
+                    self.bar.update(1)
+        return "target_return" if reached else ""
+
+    def agree_on_stop(self, stop: str) -> str:
+        return self.dist.broadcast_object(stop, "agreeing on the stopping rule")  # rank 0's clock decides
+
+    def vary(self, gp: GeneticProgramming, population: Population, fitness: torch.Tensor) -> Population:
+        new = None
+        with self.dist.agree("varying the population"):
+            if self.main:
+                new = gp.step(population, fitness)
+        return self.share(new)
+
+    def snapshot(self, generation: int) -> dict[str, Any] | None:
+        """The consistent state *before* evaluating ``generation`` (rank 0; None elsewhere)."""
+        if not self.main:
             return None
-        return {"generation": generation, "fingerprint": fingerprint, "config": search,
-                "resume_changes": resume_changes,
+        return {"generation": generation, "fingerprint": self.fingerprint, "config": self.search_settings,
+                "resume_changes": self.resume_changes,
                 "population": {k: v.clone() if torch.is_tensor(v) else v
-                               for k, v in population_state(pop).items()},
-                "archive_loss": gp.archive.loss.cpu().clone(),
-                "archive_trees": population_state(gp.archive.trees),
-                "task": task.state_dict(), "elapsed": elapsed0 + time.perf_counter() - t0,
-                "total_env_steps": total_steps, "best_so_far": best_so_far, "wandb_id": tracker.run_id}
+                               for k, v in population_state(self.population).items()},
+                "archive_loss": self.gp.archive.loss.cpu().clone(),
+                "archive_trees": population_state(self.gp.archive.trees),
+                "task": self.task.state_dict(), "elapsed": self.search.elapsed(),
+                "total_env_steps": self.total_steps, "best_so_far": self.best_so_far,
+                "wandb_id": self.tracker.run_id}
 
-    def checkpoint(snap: dict[str, Any] | None) -> None:
+    def checkpoint(self, snap: dict[str, Any] | None) -> None:
         if snap is not None:
-            save_checkpoint(run_dir, snap["generation"], {k: v for k, v in snap.items() if k != "generation"},
-                            keep=int(cfg.get("keep_checkpoints", 2)))
+            save_checkpoint(self.run_dir, snap["generation"],
+                            {k: v for k, v in snap.items() if k != "generation"},
+                            keep=int(self.cfg.get("keep_checkpoints", 2)))
 
-    generations, time_limit = gp_cfg.get("generations"), gp_cfg.get("time_limit")
-    best_key = f"best_{task.score_name}"  # best_return (policies) or best_loss (lower is better)
-    target = gp_cfg.get("target_return")
-    bar = None
-    if cfg.get("progress", True) and main:
-        from tqdm import tqdm
-
-        bar = tqdm(total=generations, initial=start_gen, unit="gen", dynamic_ncols=True)
-    t0 = time.perf_counter()
-    g, fitness, stop = start_gen, None, ""
-    if generations is not None and start_gen >= generations:
-        stop = "generations"  # a resumed run that already reached gp.generations: export only
-    snap = snapshot(g)
-    try:
-        with open(metrics_path if main else os.devnull, "a") as mf:
-            while True:
-                snap = snapshot(g)
-                if stop or (g > start_gen and g % every == 0):
-                    with dist.agree("writing a checkpoint"):
-                        checkpoint(snap)
-                if stop:
-                    break
-                tg = time.perf_counter()
-                fitness, m = task.evaluate(pop, g)  # every rank: its shard, gathered
-                steps = int(m.get("env_steps", 0))
-                total_steps += steps
-                best = float(m.get(best_key, fitness.max() if task.maximize else fitness.min()))
-                best_so_far = max(best_so_far, best) if task.maximize else min(best_so_far, best)
-                dt = time.perf_counter() - tg
-                elapsed = elapsed0 + time.perf_counter() - t0
-                if generations is not None and g + 1 >= generations:
-                    stop = "generations"
-                elif time_limit is not None and elapsed >= time_limit:
-                    stop = "time_limit"
-                elif target is not None and (best_so_far >= target if task.maximize
-                                             else best_so_far <= target):
-                    stop = "target_return"
-                stop = dist.broadcast_object(stop, "agreeing on the stopping rule")  # rank 0's clock decides
-                new = None
-                with dist.agree("logging and varying the population"):
-                    if main:
-                        row = {"generation": g, **m, "best_so_far": best_so_far,
-                               "mean_size": float(pop.lengths().float().mean()),
-                               "total_env_steps": total_steps, "env_steps_per_s": steps / max(dt, 1e-9),
-                               "generation_s": dt, "elapsed_s": elapsed}
-                        mf.write(json.dumps(row) + "\n")
-                        mf.flush()
-                        tracker.log(row, step=g)
-                        if bar is not None:
-                            name = task.score_name
-                            bar.set_postfix(best=f"{m.get(best_key, 0):.4g}",
-                                            mean=f"{m.get(f'mean_{name}', 0):.4g}",
-                                            size=f"{row['mean_size']:.1f}",
-                                            sps=f"{row['env_steps_per_s']:.0f}", t=f"{elapsed:.0f}s")
-                            bar.update(1)
-                        new = gp.step(pop, fitness)
-                pop = share(new)
-                g += 1
-    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM
-        checkpoint(snap)
-        if bar is not None:
-            bar.close()
-        tracker.finish()
-        task.close()
-        if main:
-            how = " by SIGTERM" if isinstance(err, Terminated) else ""
-            print(f"\ninterrupted{how}: checkpoint written; continue with resume={run_dir}")
-        raise SystemExit(_exit_code(err)) from None
-    except BaseException:
-        if bar is not None:
-            bar.close()
-        task.close()
-        raise
-    if bar is not None:
-        bar.close()
-
-    try:
-        result = task.finish(pop, fitness, str(run_dir))  # every rank takes part (validation); rank 0 writes
-        files = result.pop("files")
-        summary = {"stopped_by": stop, "generations": g, "total_env_steps": total_steps,
-                   f"best_train_{task.score_name}": best_so_far,
-                   "elapsed_s": elapsed0 + time.perf_counter() - t0, **result, "run_dir": str(run_dir),
+    # ---- the finish ----
+    def finish(self) -> dict[str, Any]:
+        """Validation and export (every rank takes part; rank 0 writes), the summary, the curve and W&B."""
+        self.phase = "finish"
+        cfg, task, tracker, result, run_dir = self.cfg, self.task, self.tracker, self.result, self.run_dir
+        g = result.generation
+        fitness = None if result.fitness is None else result.fitness[0]
+        exported = task.finish(result.populations[0], fitness, str(run_dir))
+        files = exported.pop("files")
+        wcfg = cfg.get("wandb") or {}
+        summary = {"stopped_by": result.stopped_by, "generations": g, "total_env_steps": self.total_steps,
+                   f"best_train_{task.score_name}": self.best_so_far, "elapsed_s": self.search.elapsed(),
+                   **exported, "run_dir": str(run_dir),
                    "wandb": {"id": tracker.run_id, "mode": tracker.mode,
                              "project": wcfg.get("project", "gprl"), "entity": wcfg.get("entity")},
                    "files": {k: os.path.basename(v) for k, v in files.items()},
-                   **({"resume_changes": resume_changes} if resume_changes else {})}
-        if not main:
-            tracker.finish()
-            task.close()
-            dist.close()
+                   **({"resume_changes": self.resume_changes} if self.resume_changes else {})}
+        if not self.main:
             return summary
-        rows = [json.loads(ln) for ln in metrics_path.read_text().splitlines() if ln.strip()]
+        rows = [json.loads(ln) for ln in self.metrics_path.read_text().splitlines() if ln.strip()]
         problem = cfg["env"]["name"] if uses_env(cfg) else cfg["dataset"].get("name") or cfg["task"]["name"]
-        curve = plot_curve(rows, str(run_dir / "curve.png"), task.score_name, title=f"{problem}, seed {seed}")
+        curve = plot_curve(rows, str(run_dir / "curve.png"), task.score_name,
+                           title=f"{problem}, seed {int(cfg['seed'])}")
         if curve:
             summary["files"]["curve"] = "curve.png"
             tracker.log_image(curve, "curve", step=max(g - 1, 0))
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
         headline = ("validation_return",) if task.maximize else ("test_loss", "test_accuracy", "test_r2")
-        tracker.log_formula(result.get("formulas", {}), step=g - 1,
-                            **{k: result[k] for k in headline if k in result})
+        tracker.log_formula(exported.get("formulas", {}), step=g - 1,
+                            **{k: exported[k] for k in headline if k in exported})
         tracker.summary({k: v for k, v in summary.items() if isinstance(v, (int, float, str))})
         tracker.log_artifact(task.artifact, task.artifact, list(files.values()))
         tracker.log_artifact("checkpoint", "checkpoint", [str(p) for p in list_checkpoints(run_dir)[-1:]])
-        tracker.finish()
-        task.close()
-        dist.close()
-        shown = ("stopped_by", "generations", "best_train_return", "best_train_loss", "validation_return",
-                 "test_loss", "test_accuracy", "test_r2", "elapsed_s")
-        print(json.dumps({k: summary[k] for k in shown if k in summary}))
-        for name, formula in result.get("formulas", {}).items():
-            print(f"{name} = {formula}")
         return summary
-    except KeyboardInterrupt as err:  # the checkpoint of the last generation is on disk already
-        tracker.finish()
-        task.close()
-        if main:
-            print(f"\ninterrupted during validation/export: the checkpoint of generation {g} is intact; "
-                  f"continue with resume={run_dir} to redo them")
-        raise SystemExit(_exit_code(err)) from None
+
+    def close(self, outcome: str) -> None:
+        """The teardown for every way a run ends (``outcome``: "done", "interrupted" or "failed"). After a
+        failure W&B marks its run as crashed at exit, so it is not finished here; the process group ends only
+        after a completed run (on an interrupt or failure other ranks may still be inside a collective)."""
+        if self.bar is not None:
+            self.bar.close()
+        if self.tracker is not None and outcome != "failed":
+            self.tracker.finish()
+        if self.task is not None:
+            self.task.close()
+        if outcome == "done":
+            self.dist.close()
