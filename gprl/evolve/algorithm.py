@@ -1,4 +1,4 @@
-"""The generation loop: selection, elitism and a configurable mix of variation operators on the device.
+"""One generation step: selection, elitism and a configurable mix of variation operators on the device.
 
     gp = gprl.GeneticProgramming(n_in=1, pop_size=500, functions=["add", "sub", "mul", "div"], seed=0)
     pop = gp.init()
@@ -71,6 +71,8 @@ class GeneticProgramming:
     ``islands`` > 1: an island model; the population is that many consecutive blocks that select only among
     themselves, each keeping its own ``elitism`` best trees, and every ``migration_interval`` generations the
     ``migrants`` best trees of each island are copied into the next island (a ring) in place of children.
+    ``es_share`` > 0 gives the last rows of every generation to an evolution strategy over the constants of
+    the best trees (``gprl.evolve.es``); ``init_every_output`` makes every initial tree write every output.
     """
 
     def __init__(self, n_in: int, n_out: int = 1, config: GPConfig | None = None, *,
@@ -184,7 +186,8 @@ class GeneticProgramming:
                              f"got {P}")
         g = self.generation
         loss = raw = S.loss_of(fitness, self.maximize)
-        if self.es is not None and g > 0:  # the strategy's pairs inform its step, not selection or elitism
+        pairs = self.es is not None and g > 0 and P == self.pop_size  # rows the strategy made last step
+        if pairs:  # they inform the strategy's step, not selection or elitism
             loss = self.es.hide_pairs(raw)
         sel_loss = S.with_parsimony(loss, population.lengths(), self.parsimony) if self.parsimony else loss
         I, e = self.islands, self.elitism
@@ -217,7 +220,7 @@ class GeneticProgramming:
                            mix_seed(self.seed, g, 4))
         if self.es is not None:  # the last rows: the constants' evolution strategy (reads pairs from g = 1)
             tensors = self.es.apply(population, raw, loss, tensors, mix_seed(self.seed, g, 5),
-                                    read_pairs=g > 0)
+                                    read_pairs=pairs)
         # archived after the vary launch is queued: the GPU runs it while the host queues the archive's ops
         self.archive.update(population, raw)
         self.generation += 1

@@ -95,6 +95,8 @@ def test_es_is_deterministic_and_a_foreign_population_is_not_read_as_pairs():
     first = 60 - CENTERS * GROUP
     best = int(torch.argmin(quadratic_loss(pop)))
     assert children[first].equal(pop[best])
+    small = start_population()[:7]  # fewer trees than the strategy's rows: nothing to read, still 60 children
+    assert len(gp.step(small, quadratic_loss(small))) == 60
 
 
 def test_es_settings_are_checked():
