@@ -50,6 +50,7 @@ from gprl.evolve.config import GPConfig
 from gprl.evolve.constants import ConstantFitting, tune_best
 from gprl.evolve.loop import Evolution, Generation
 from gprl.sr.datasets import check_features, check_targets
+from gprl.sr.export import probabilities
 from gprl.sr.objectives import ClassificationObjective, RegressionObjective
 
 MODEL_SELECTIONS = ("best", "accuracy")
@@ -523,13 +524,7 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicBase):
         return out[:, 0] if len(self.classes_) == 2 else out
 
     def predict_proba(self, X) -> np.ndarray:
-        z = self.decision_function(X)
-        if z.ndim == 1:
-            p = 1.0 / (1.0 + np.exp(-np.clip(z, -700, 700)))
-            return np.stack([1.0 - p, p], axis=1)
-        z = z - z.max(axis=1, keepdims=True)
-        e = np.exp(z)
-        return e / e.sum(axis=1, keepdims=True)
+        return probabilities(self.decision_function(X))
 
     def predict(self, X) -> np.ndarray:
         z = self.decision_function(X)

@@ -11,12 +11,14 @@ front: complexity, loss, test_loss, equation).
 from __future__ import annotations
 
 import csv
+import inspect
 import json
 import os
 from collections.abc import Sequence
 from string import Template
 from typing import Any
 
+import numpy
 import sympy
 
 from gprl.core.population import Population
@@ -94,21 +96,30 @@ REGRESSION_FUNCTIONS = '''def predict(X):
     y = scores(X)
     return y[:, 0] if y.shape[1] == 1 else y'''
 
-CLASSIFICATION_FUNCTIONS = '''def decision_function(X):
-    """Logits: [n] of the second class for two classes, else [n, n_classes]."""
-    z = scores(X).astype(numpy.float64)
-    return z[:, 0] if len(CLASSES) == 2 else z
 
-
-def predict_proba(X):
-    """Class probabilities [n, n_classes] (sigmoid or softmax)."""
-    z = decision_function(X)
+# SymbolicClassifier.predict_proba, and its source is the exported model.py's: one definition for both
+def probabilities(z):
+    """Class probabilities [n, n_classes] from logits: a sigmoid of the one logit of two classes, else a
+    softmax."""
     if z.ndim == 1:
         p = 1.0 / (1.0 + numpy.exp(-numpy.clip(z, -700, 700)))
         return numpy.stack([1.0 - p, p], axis=1)
     z = z - z.max(axis=1, keepdims=True)
     e = numpy.exp(z)
     return e / e.sum(axis=1, keepdims=True)
+
+
+CLASSIFICATION_FUNCTIONS = '''def decision_function(X):
+    """Logits: [n] of the second class for two classes, else [n, n_classes]."""
+    z = scores(X).astype(numpy.float64)
+    return z[:, 0] if len(CLASSES) == 2 else z
+
+
+''' + inspect.getsource(probabilities) + '''
+
+def predict_proba(X):
+    """Class probabilities [n, n_classes] (sigmoid or softmax)."""
+    return probabilities(decision_function(X))
 
 
 def predict(X):
