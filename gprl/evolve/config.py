@@ -44,7 +44,7 @@ class GPConfig:
     """Initial trees: ``grow``, ``full`` or ``ramped`` (half and half)."""
     init_depth: tuple[int, int] = field(default=(2, 6), metadata=_schema(list[int]))
     """(min, max) depth of the initial trees."""
-    init_every_output: bool = field(default=False, metadata=_schema(bool))
+    init_every_output: bool = field(default=False, metadata=_schema(Optional[bool]))  # noqa: UP045
     """Multi-output trees: every initial tree writes every output (``Population.random(every_output=)``)."""
     max_depth: int = field(default=17, metadata=_schema(int))
     """Deepest tree variation may make (<= 64; 0: no bound)."""
@@ -84,7 +84,7 @@ class GPConfig:
     migration_interval: int = field(default=10, metadata=_schema(int))
     """Islands: every this many generations each island's best ``migrants`` trees join the next island."""
     migrants: int = field(default=1, metadata=_schema(int))
-    es_share: float = field(default=0.0, metadata=_schema(float))
+    es_share: float = field(default=0.0, metadata=_schema(Optional[float]))  # noqa: UP045
     """Share of the population given to the evolution strategy over the best trees' constants
     (``gprl.evolve.es``; 0: off): ``es_share * population_size // (2·es_pairs + 1)`` trees tuned per
     generation, each with ``2·es_pairs + 1`` rows at the end of the population."""
@@ -158,10 +158,11 @@ class GPConfig:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any], **overrides: Any) -> GPConfig:
-        """The settings in ``values`` that this class has (e.g. the app's ``gp`` group), then
-        ``overrides``."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{**{k: v for k, v in values.items() if k in names}, **overrides})
+        """The settings in ``values`` that this class has (e.g. the app's ``gp`` group), then ``overrides``;
+        a null setting whose own default is not null takes that default."""
+        fields = {f.name: f.default for f in dataclasses.fields(cls)}
+        given = {k: v for k, v in values.items() if k in fields and (v is not None or fields[k] is None)}
+        return cls(**{**given, **overrides})
 
     @property
     def es_centers(self) -> int:

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from gprl import GeneticProgramming, Population
+from gprl.evolve.config import GPConfig
 from gprl.core.encoding import CONST, KIND_MASK
 
 CENTERS, PAIRS = 2, 5
@@ -101,6 +102,8 @@ def test_es_is_deterministic_and_a_foreign_population_is_not_read_as_pairs():
 
 def test_es_settings_are_checked():
     assert es_gp().es.centers == CENTERS
+    off = GPConfig.from_mapping({"es_share": None, "init_every_output": None, "population_size": 50})
+    assert (off.es_share, off.init_every_output, off.population_size) == (0.0, False, 50)
     with pytest.raises(ValueError, match="es_share"):
         GeneticProgramming(2, pop_size=20, es_share=0.5, es_pairs=8)
     with pytest.raises(ValueError, match="elites"):
