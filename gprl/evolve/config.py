@@ -87,7 +87,7 @@ class GPConfig:
     es_share: float = field(default=0.0, metadata=_schema(Optional[float]))  # noqa: UP045
     """Share of the population given to the evolution strategy over the best trees' constants
     (``gprl.evolve.es``; 0: off): ``es_share * population_size // (2·es_pairs + 1)`` trees tuned per
-    generation, each with ``2·es_pairs + 1`` rows at the end of the population."""
+    generation, each with ``2·es_pairs + 1`` rows at the end of the population (none: off)."""
     es_pairs: int = field(default=8, metadata=_schema(int))
     """Antithetic perturbations per tuned tree and generation."""
     es_sigma: float = field(default=0.05, metadata=_schema(float))
@@ -119,9 +119,6 @@ class GPConfig:
                              f"{P // self.islands} trees; lower them or use fewer islands")
         if not 0 <= float(self.es_share) < 1:
             raise ValueError(f"es_share must be in [0, 1) (0: off), got {self.es_share!r}")
-        if self.es_share and not self.es_centers:
-            raise ValueError(f"es_share={self.es_share} of {P} trees holds no group of 2 * es_pairs + 1 = "
-                             f"{2 * self.es_pairs + 1} rows; raise es_share or lower es_pairs")
         if self.es_centers * (2 * self.es_pairs + 1) > P - self.elitism * self.islands:
             raise ValueError("es_share leaves no room for the elites; lower es_share or elitism")
         for name in ("es_sigma", "es_step"):

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from gprl import GeneticProgramming, Population
-from gprl.evolve.config import GPConfig
 from gprl.core.encoding import CONST, KIND_MASK
+from gprl.evolve.config import GPConfig
 
 CENTERS, PAIRS = 2, 5
 GROUP = 2 * PAIRS + 1
@@ -104,8 +104,9 @@ def test_es_settings_are_checked():
     assert es_gp().es.centers == CENTERS
     off = GPConfig.from_mapping({"es_share": None, "init_every_output": None, "population_size": 50})
     assert (off.es_share, off.init_every_output, off.population_size) == (0.0, False, 50)
+    assert GeneticProgramming(2, pop_size=20, es_share=0.5, es_pairs=8).es is None  # no group fits: off
     with pytest.raises(ValueError, match="es_share"):
-        GeneticProgramming(2, pop_size=20, es_share=0.5, es_pairs=8)
+        GeneticProgramming(2, pop_size=20, es_share=1.0)
     with pytest.raises(ValueError, match="elites"):
         GeneticProgramming(2, pop_size=20, es_share=0.9, es_pairs=4, elitism=5)
     with pytest.raises(ValueError, match="es_sigma"):
