@@ -67,7 +67,7 @@ class ConstantES:
 
     def _stepped(self, population: Population, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(value [centers, L] of each stepped center, valid [centers]) from the pairs in ``population``'s
-        last rows."""
+        last rows; a group is invalid where its rows are no pairs of one structure or give no step."""
         P, N = len(population), self.pairs
         kind, code, out, value, size = (t[P - self.rows:].view(self.centers, self.group, -1)[:, 1:]
                                         for t in population.tensors())
@@ -81,9 +81,8 @@ class ConstantES:
         sd = lg.std(1, keepdim=True)
         weight = (lg[:, :N] - lg[:, N:]) / (N * sd)
         new = center - self.step * (weight[:, :, None] * offset.double()).sum(1).float()
-        valid = same[0] & same[1] & same[2] & same[3] & finite.any(1) & (sd[:, 0] > 0) \
-            & torch.isfinite(new).all(1)
-        return torch.where(valid[:, None], new, center), valid
+        valid = torch.stack(same).all(0) & finite.any(1) & (sd[:, 0] > 0) & torch.isfinite(new).all(1)
+        return new, valid
 
     def apply(self, population: Population, loss: torch.Tensor, ranked: torch.Tensor,
               children: tuple[torch.Tensor, ...], seed: int, read_pairs: bool) -> tuple[torch.Tensor, ...]:

@@ -57,10 +57,6 @@ class Result:
     stopped_by: str
 
 
-def vary(gp: GeneticProgramming, population: Population, fitness: torch.Tensor) -> Population:
-    return gp.step(population, fitness)
-
-
 def same_decision(reason: str) -> str:
     return reason
 
@@ -78,7 +74,8 @@ class Evolution:
                  generations: int | None = None,
                  time_limit: float | None = None, elapsed_before: float = 0.0,
                  constants: ConstantFitting | None = None, finish: str = "vary",
-                 step: Callable[[GeneticProgramming, Population, torch.Tensor], Population] = vary,
+                 step: Callable[[GeneticProgramming, Population, torch.Tensor], Population] = \
+                 GeneticProgramming.step,
                  agree: Callable[[str], str] = same_decision):
         if finish not in FINISHES:
             raise ValueError(f"finish must be one of {FINISHES}, got {finish!r}")
