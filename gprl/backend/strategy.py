@@ -25,12 +25,12 @@ in shared memory and takes ``max_len`` up to 1024 (it fits every GPU with 64 KiB
 
 Which one runs (first match wins): the call's ``strategy=`` argument; :func:`set_strategy` (initially the
 ``GPRL_STRATEGY`` environment variable; it applies to the calls that can run that strategy); else ``auto``.
-``auto`` on a CUDA device: the first call of an op on a device times every strategy on a grid of sample
-workloads (single calls between CUDA events; cached as JSON under the gprl cache directory, keyed by device
-name, kernel build and torch version), predicts a call's time by interpolating that table in log space,
-takes the fastest, and memoises the decision per (op, device, P, D, n_out), shared by populations within
-~25% in size. If calibration fails, gprl warns once and uses the kernels' built-in heuristic (id -1). On the
-CPU the kernels have one mapping; the name is only checked.
+``auto`` on a CUDA device: the first call of an op on a device times every strategy on a grid of population
+sizes and row counts (single calls between CUDA events; cached as JSON under the gprl cache directory, keyed
+by device name, kernel build and torch version), predicts a call's time by interpolating that table in log
+space, takes the fastest, and memoises the decision per (op, device, P, D, n_out), shared by populations
+within ~25% in size. If calibration fails, gprl warns once and uses the kernels' built-in heuristic (id -1).
+On the CPU the kernels have one mapping; the name is only checked.
 """
 
 from __future__ import annotations

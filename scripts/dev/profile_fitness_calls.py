@@ -3,7 +3,7 @@
 For each (P, D) cell of ``scripts/bench_eval.py``'s setup: the time between CUDA events around one call (what
 bench_eval measures) of ``Population.fitness`` and of the raw ``gprl::fitness`` op, the same for a bare
 ``torch.empty`` (the floor of that measurement), the host time per call when calls are queued back to back,
-and the device time per call of each kernel (``torch.profiler``). With a sleep kernel occupying the GPU, the
+and the device time per call of each kernel (``torch.profiler``). Behind one long kernel queued first, the
 host's own cost per call (``blocked_host_us``: nothing waits for the GPU) and, behind it, the GPU's time per
 call once the host runs ahead (``gpu_bound_us``: kernels and the gaps between them). A call whose kernel time
 is far below its event time is bound by launch and host overhead; one whose kernel time dominates, by the
@@ -37,7 +37,7 @@ def event_us(fn) -> float:
 
 
 def behind_sleep_us(fn, calls: int = 100) -> tuple[float, float]:
-    """(host us per call, GPU us per call) for calls queued behind a ~10 ms sleep kernel: the host's own cost
+    """(host us per call, GPU us per call) for calls queued behind a ~10 ms long kernel: the host's own cost
     (it never waits for the GPU) and the GPU's time per call with the host ahead of it."""
     fn()
     torch.cuda.synchronize()
