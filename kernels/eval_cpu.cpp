@@ -290,32 +290,33 @@ at::Tensor forward_batched_cpu(const at::Tensor& kind, const at::Tensor& code, c
   return Y;
 }
 
-// Loss summed over n <= CHUNK rows: LANES independent double partial sums (so the loop vectorises; one serial
-// sum was a 4-cycle dependency chain per row), added in a fixed order at the end: the result depends only on
-// the data, not on the threads. double: squared errors of float32 predictions may exceed float32's range.
+// Terms (add_row_terms, ops.h) summed over n <= CHUNK rows: LANES independent double partial sums (so the
+// loop vectorises; one serial sum was a 4-cycle dependency chain per row), added in a fixed order at the
+// end: the result depends only on the data, not on the threads. double: squared errors of float32
+// predictions may exceed float32's range.
 template <int64_t METRIC, bool WEIGHTED>
-GPRL_ROW_INLINE double loss_term(const float* pred, const float* y, const float* w, int r) {
-  double e = double(pred[r]) - double(y[r]);
-  double v = METRIC == MAE ? std::fabs(e) : e * e;
-  return WEIGHTED ? double(w[r]) * v : v;
-}
-
-template <int64_t METRIC, bool WEIGHTED>
-GPRL_ROW_INLINE double loss_rows_impl(int n, const float* pred, const float* y, const float* w) {
-  constexpr int LANES = 8;
-  double acc[LANES] = {};
+GPRL_ROW_INLINE void terms_rows_impl(int n, const float* pred, const float* y, const float* w, double* out) {
+  constexpr int LANES = 8, NT = METRIC >= SCALED_MSE ? 3 : 1;
+  double acc[LANES][NT] = {};
+  auto add = [&](int l, int r) { add_row_terms(acc[l], pred[r], y[r], WEIGHTED ? double(w[r]) : 1.0, METRIC); };
   int r0 = 0;
   for (; r0 + LANES <= n; r0 += LANES)
-    for (int l = 0; l < LANES; ++l) acc[l] += loss_term<METRIC, WEIGHTED>(pred, y, w, r0 + l);
-  for (int l = 0; r0 + l < n; ++l) acc[l] += loss_term<METRIC, WEIGHTED>(pred, y, w, r0 + l);
-  double s = 0.0;
-  for (int l = 0; l < LANES; ++l) s += acc[l];
-  return s;
+    for (int l = 0; l < LANES; ++l) add(l, r0 + l);
+  for (int l = 0; r0 + l < n; ++l) add(l, r0 + l);
+  for (int j = 0; j < NT; ++j) {
+    double s = 0.0;
+    for (int l = 0; l < LANES; ++l) s += acc[l][j];
+    out[j] += s;
+  }
 }
 
-GPRL_ROWS double loss_rows(int64_t metric, int n, const float* pred, const float* y, const float* w) {
-  if (metric == MAE) return w ? loss_rows_impl<MAE, true>(n, pred, y, w) : loss_rows_impl<MAE, false>(n, pred, y, w);
-  return w ? loss_rows_impl<MSE, true>(n, pred, y, w) : loss_rows_impl<MSE, false>(n, pred, y, w);
+GPRL_ROWS void terms_rows(int64_t metric, int n, const float* pred, const float* y, const float* w, double* out) {
+  if (metric >= SCALED_MSE)
+    return w ? terms_rows_impl<SCALED_MSE, true>(n, pred, y, w, out)
+             : terms_rows_impl<SCALED_MSE, false>(n, pred, y, w, out);
+  if (metric == MAE)
+    return w ? terms_rows_impl<MAE, true>(n, pred, y, w, out) : terms_rows_impl<MAE, false>(n, pred, y, w, out);
+  return w ? terms_rows_impl<MSE, true>(n, pred, y, w, out) : terms_rows_impl<MSE, false>(n, pred, y, w, out);
 }
 
 at::Tensor fitness_cpu(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,
@@ -325,17 +326,19 @@ at::Tensor fitness_cpu(const at::Tensor& kind, const at::Tensor& code, const at:
   at::Tensor w = check_fitness_args(kind, code, out, value, size, Xt, yt, weight, metric);
   check_strategy(strategy, true, yt.size(0));  // one schema with CUDA: checked, then ignored (one CPU mapping)
   int64_t P = kind.size(0), n_in = Xt.size(0), D = Xt.size(1), n_out = yt.size(0);
-  at::Tensor xc = Xt.contiguous(), yc = yt.contiguous();
+  const int nt = metric_terms(metric);
+  at::Tensor xc = Xt.contiguous(), yc = yt.contiguous(), ystat;
+  if (metric >= SCALED_MSE) std::tie(yc, ystat) = scaled_targets(yt, w);
   const float *xp = xc.data_ptr<float>(), *yp = yc.data_ptr<float>();
   const float* wp = w.defined() ? w.data_ptr<float>() : nullptr;
-  // One partial sum per tree, part of the rows and output, summed in a fixed order: the result does not
+  // One set of terms per tree, part of the rows and output, summed in a fixed order: the result does not
   // depend on the threads.
   Split split(P, D);
-  std::vector<double> partial(split.jobs() * n_out, 0.0);
+  std::vector<double> partial(split.jobs() * n_out * nt, 0.0);
   run_jobs(split.jobs(), size, D, max_stack, [&](Scratch& scratch, int64_t job) {
     int64_t t = split.tree(job), p = split.part(job);
     TreeView tree = tree_at(kind, code, out, value, size, t);
-    double* part = partial.data() + (t * split.parts + p) * n_out;
+    double* part = partial.data() + (t * split.parts + p) * n_out * nt;
     float* pred = scratch.pred(n_out);
     int64_t r_end = std::min(D, part_begin(p + 1, split.parts, split.chunks));
     for (int64_t r0 = part_begin(p, split.parts, split.chunks); r0 < r_end; r0 += CHUNK) {
@@ -344,7 +347,7 @@ at::Tensor fitness_cpu(const at::Tensor& kind, const at::Tensor& code, const at:
       eval_chunk(tree, xp + r0, D, n_in, n_out, n, scratch, int(max_stack),
                  [&](int k, const float* v) { for (int r = 0; r < n; ++r) pred[k * CHUNK + r] += v[r]; });
       for (int64_t k = 0; k < n_out; ++k)
-        part[k] += loss_rows(metric, n, pred + k * CHUNK, yp + k * D + r0, wp ? wp + r0 : nullptr);
+        terms_rows(metric, n, pred + k * CHUNK, yp + k * D + r0, wp ? wp + r0 : nullptr, part + k * nt);
     }
   });
   double denom = double(D);
@@ -352,15 +355,16 @@ at::Tensor fitness_cpu(const at::Tensor& kind, const at::Tensor& code, const at:
     denom = 0.0;
     for (int64_t r = 0; r < D; ++r) denom += wp[r];
   }
+  const double* sp = ystat.defined() ? ystat.data_ptr<double>() : nullptr;
   at::Tensor result = at::empty({P}, Xt.options());
   float* rp = result.data_ptr<float>();
   for (int64_t t = 0; t < P; ++t) {
     double total = 0.0;
     for (int64_t k = 0; k < n_out; ++k) {
-      double s = 0.0;
-      for (int64_t p = 0; p < split.parts; ++p) s += partial[(t * split.parts + p) * n_out + k];
-      double m = s / denom;
-      total += metric == RMSE ? std::sqrt(m) : m;
+      double s[MAX_TERMS] = {};
+      for (int64_t p = 0; p < split.parts; ++p)
+        for (int j = 0; j < nt; ++j) s[j] += partial[((t * split.parts + p) * n_out + k) * nt + j];
+      total += finish_terms(s, denom, sp ? sp + 3 * k : nullptr, metric);
     }
     rp[t] = float(total / double(n_out));
   }

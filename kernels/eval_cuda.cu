@@ -156,15 +156,16 @@ __global__ void forward_batched_kernel(const uint8_t* kind, const int16_t* code,
     for (int k = 0; k < n_out; ++k) y[k] = NAN;
 }
 
-// Partial loss sums per (tree, segment, output): partial[(p * nseg + seg) * n_out + k], or with one segment
-// per tree (partial == nullptr) the finished loss in result[p] (no second kernel).
+// Partial sums of the loss terms per (tree, segment, output): partial[((p * nseg + seg) * n_out + k) * nt + j]
+// (nt = metric_terms), or with one segment per tree (partial == nullptr) the finished loss in result[p] (no
+// second kernel).
 // MULTI keeps the outputs of every row in shared memory; otherwise output 0 lives in registers.
 template <int R, int STACK, bool MULTI, bool ORDERED>
 __global__ void fitness_kernel(const uint8_t* kind, const int16_t* code, const uint8_t* out,
                                const float* value, const int16_t* size, int L, const int* order,
                                const float* X, const float* Yt, const float* W, int64_t D, int n_in,
-                               int n_out, int metric, int64_t nseg, const double* wsum, double* partial,
-                               float* result) {
+                               int n_out, int metric, int64_t nseg, const double* wsum,
+                               const double* ystat, double* partial, float* result) {
   extern __shared__ __align__(16) char smem[];
   const int64_t p = tree_at<ORDERED>(order, blockIdx.x / nseg), seg = blockIdx.x % nseg;
   float* acc_smem = reinterpret_cast<float*>(smem + tree_smem_bytes(L));
@@ -185,33 +186,40 @@ __global__ void fitness_kernel(const uint8_t* kind, const int16_t* code, const u
     if (MULTI) slot(k, r) += v; else acc[r] += v;
   };
   const bool ok = eval_tree<R, STACK>(t, n_in, n_out, load, emit);
+  const int nt = metric_terms(metric);
   double total = 0.0;
   for (int k = 0; k < n_out; ++k) {
-    double s = 0.0;
+    double s[MAX_TERMS] = {};
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (row(r) >= D) continue;
-      s += row_loss(MULTI ? slot(k, r) : acc[r], Yt[int64_t(k) * D + row(r)], W, row(r), metric);
+      row_terms(s, MULTI ? slot(k, r) : acc[r], Yt[int64_t(k) * D + row(r)], W, row(r), metric);
     }
-    if (!ok) s = NAN;
-    s = block_sum(s, scratch);
+#pragma unroll
+    for (int j = 0; j < MAX_TERMS; ++j)
+      if (j < nt) s[j] = block_sum(ok ? s[j] : NAN, scratch);
     if (threadIdx.x == 0) {
-      if (partial) partial[(p * nseg + seg) * n_out + k] = s;
-      else total += finish_metric(s, D, wsum, metric);
+      if (partial)
+        for (int j = 0; j < nt; ++j) partial[((p * nseg + seg) * n_out + k) * nt + j] = s[j];
+      else total += finish_metric(s, D, wsum, ystat, k, metric);
     }
   }
   if (!partial && threadIdx.x == 0) result[p] = float(total / n_out);
 }
 
 __global__ void finish_loss_kernel(const double* partial, int64_t P, int64_t nseg, int n_out, int metric,
-                                   int64_t D, const double* wsum, float* result) {
+                                   int64_t D, const double* wsum, const double* ystat, float* result) {
   const int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (p >= P) return;
+  const int nt = metric_terms(metric);
   double total = 0.0;
   for (int k = 0; k < n_out; ++k) {
-    double s = 0.0;
-    for (int64_t seg = 0; seg < nseg; ++seg) s += partial[(p * nseg + seg) * n_out + k];
-    total += finish_metric(s, D, wsum, metric);
+    double s[MAX_TERMS] = {};
+    for (int64_t seg = 0; seg < nseg; ++seg)
+#pragma unroll
+      for (int j = 0; j < MAX_TERMS; ++j)
+        if (j < nt) s[j] += partial[((p * nseg + seg) * n_out + k) * nt + j];
+    total += finish_metric(s, D, wsum, ystat, k, metric);
   }
   result[p] = float(total / n_out);
 }
@@ -233,7 +241,7 @@ template <int R, int STACK, bool X_IN_SMEM>
 __global__ void fitness_warp_kernel(const uint8_t* kind, const int16_t* code, const uint8_t* out,
                                     const float* value, const int16_t* size, int L, int64_t P, const float* X,
                                     const float* Yt, const float* W, int64_t D, int n_in, int metric,
-                                    const double* wsum, float* result) {
+                                    const double* wsum, const double* ystat, float* result) {
   extern __shared__ __align__(16) char smem[];
   const size_t x_bytes = X_IN_SMEM ? (size_t(n_in) * D * 4 + 15) / 16 * 16 : 0;
   const float* x = X;
@@ -248,7 +256,7 @@ __global__ void fitness_warp_kernel(const uint8_t* kind, const int16_t* code, co
   if (p >= P) return;  // whole warps leave together, after the block's barrier
   const Tree t = stage_tree_warp(kind, code, out, value, size, p, L,
                                  smem + x_bytes + warp * tree_smem_bytes(L), lane);
-  double s = 0.0;
+  double s[MAX_TERMS] = {};
   bool ok = true;
   for (int64_t base = lane; base < D && ok; base += int64_t(WARP) * R) {
     auto row = [&](int r) { return base + int64_t(r) * WARP; };
@@ -261,14 +269,19 @@ __global__ void fitness_warp_kernel(const uint8_t* kind, const int16_t* code, co
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (row(r) >= D) continue;
-      s += row_loss(acc[r], Yt[row(r)], W, row(r), metric);
+      row_terms(s, acc[r], Yt[row(r)], W, row(r), metric);
     }
   }
   // lanes whose first row is past D skipped the loop; every lane of the warp joins the reduction
-  if (!ok) s = NAN;
+  const int nt = metric_terms(metric);
 #pragma unroll
-  for (int off = WARP / 2; off > 0; off /= 2) s += __shfl_down_sync(0xffffffffu, s, off);
-  if (lane == 0) result[p] = float(finish_metric(s, D, wsum, metric));
+  for (int j = 0; j < MAX_TERMS; ++j) {
+    if (j >= nt) continue;
+    if (!ok) s[j] = NAN;
+#pragma unroll
+    for (int off = WARP / 2; off > 0; off /= 2) s[j] += __shfl_down_sync(0xffffffffu, s[j], off);
+  }
+  if (lane == 0) result[p] = float(finish_metric(s, D, wsum, ystat, 0, metric));
 }
 
 // Tree indices by decreasing length (a counting sort by one block; lengths of 1023 nodes or more share a
@@ -373,10 +386,10 @@ void set_smem(const void* kernel, size_t bytes) {
 
 // Sums the partial losses of every tree in a fixed order into result [P] (finish_loss_kernel).
 void finish_losses(const double* partial, int64_t P, int64_t nseg, int64_t n_out, int64_t metric, int64_t D,
-                   const double* wsum, at::Tensor& result) {
+                   const double* wsum, const double* ystat, at::Tensor& result) {
   constexpr int T = 128;
   finish_loss_kernel<<<blocks_for(P, T), T, 0, stream()>>>(partial, P, nseg, int(n_out), int(metric), D, wsum,
-                                                           result.data_ptr<float>());
+                                                           ystat, result.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -455,15 +468,17 @@ at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at
   at::Tensor result = at::empty({P}, Xt.options());
   if (P == 0) return result;
   TORCH_CHECK(D > 0 && L > 0, "gprl: fitness needs at least one row and max_len >= 1");
-  at::Tensor xc = Xt.contiguous(), yc = yt.contiguous();
+  at::Tensor xc = Xt.contiguous(), yc = yt.contiguous(), ystat;
+  if (metric >= SCALED_MSE) std::tie(yc, ystat) = scaled_targets(yt, w);  // on the device: no host sync
   at::Tensor wsum;
   if (w.defined()) wsum = w.to(at::kDouble).sum();  // stays on the device: no host sync
   const float* wp = w.defined() ? w.data_ptr<float>() : nullptr;
   const double* wsum_p = wsum.defined() ? wsum.data_ptr<double>() : nullptr;
-  const int n_in = int(xc.size(0));
+  const double* ystat_p = ystat.defined() ? ystat.data_ptr<double>() : nullptr;
+  const int n_in = int(xc.size(0)), nt = metric_terms(metric);
 
   if (strategy == STRATEGY_LEVEL) {
-    fitness_level(kind, code, out, value, size, xc, yc, wp, wsum_p, metric, result);
+    fitness_level(kind, code, out, value, size, xc, yc, wp, wsum_p, ystat_p, metric, result);
     return result;
   }
 
@@ -486,7 +501,7 @@ at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at
         kernel<<<blocks_for(P, WARPS), WARPS * WARP, smem, stream()>>>(
             kind.data_ptr<uint8_t>(), code.data_ptr<int16_t>(), out.data_ptr<uint8_t>(),
             value.data_ptr<float>(), size.data_ptr<int16_t>(), int(L), P, xc.data_ptr<float>(),
-            yc.data_ptr<float>(), wp, D, n_in, int(metric), wsum_p, result.data_ptr<float>());
+            yc.data_ptr<float>(), wp, D, n_in, int(metric), wsum_p, ystat_p, result.data_ptr<float>());
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       };
       if (x_in_smem) launch(fitness_warp_kernel<R, S, true>);
@@ -515,7 +530,7 @@ at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at
     const int64_t nseg = (D + int64_t(threads) * R - 1) / (int64_t(threads) * R);
     const at::Tensor order = longest_first(size, nseg, threads);
     at::Tensor partial;  // one segment per tree: the kernel finishes the loss itself
-    if (nseg > 1) partial = at::empty({P * nseg * n_out}, Xt.options().dtype(at::kDouble));
+    if (nseg > 1) partial = at::empty({P * nseg * n_out * nt}, Xt.options().dtype(at::kDouble));
     double* partial_p = partial.defined() ? partial.data_ptr<double>() : nullptr;
     const size_t smem = tree_smem_bytes(L) + (multi ? size_t(threads) * R * n_out * 4 : 0) + WARP * 8;
     auto launch = [&](auto kernel) {
@@ -524,7 +539,7 @@ at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at
           kind.data_ptr<uint8_t>(), code.data_ptr<int16_t>(), out.data_ptr<uint8_t>(),
           value.data_ptr<float>(), size.data_ptr<int16_t>(), int(L), data_or_null(order),
           xc.data_ptr<float>(), yc.data_ptr<float>(), wp, D, n_in, int(n_out), int(metric), nseg, wsum_p,
-          partial_p, result.data_ptr<float>());
+          ystat_p, partial_p, result.data_ptr<float>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
     if (multi) {
@@ -534,7 +549,7 @@ at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at
       if (order.defined()) launch(fitness_kernel<R, S, false, true>);
       else launch(fitness_kernel<R, S, false, false>);
     }
-    if (partial_p) finish_losses(partial_p, P, nseg, n_out, metric, D, wsum_p, result);
+    if (partial_p) finish_losses(partial_p, P, nseg, n_out, metric, D, wsum_p, ystat_p, result);
   });
   return result;
 }

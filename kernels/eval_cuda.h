@@ -17,7 +17,7 @@ namespace gprl {
 at::Tensor longest_first(const at::Tensor& size, int64_t nseg, int threads);
 void set_smem(const void* kernel, size_t bytes);
 void finish_losses(const double* partial, int64_t P, int64_t nseg, int64_t n_out, int64_t metric, int64_t D,
-                   const double* wsum, at::Tensor& result);
+                   const double* wsum, const double* ystat, at::Tensor& result);
 
 // Strategy 5 (STRATEGY_LEVEL, eval_level_cuda.cu) for forward_cuda and fitness_cuda, which have checked the
 // arguments, made Xt (xc) and yt (yc) contiguous and set the device.
@@ -26,8 +26,8 @@ void forward_level(const at::Tensor& kind, const at::Tensor& code, const at::Ten
                    at::Tensor& Y);
 void fitness_level(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out,
                    const at::Tensor& value, const at::Tensor& size, const at::Tensor& xc,
-                   const at::Tensor& yc, const float* wp, const double* wsum_p, int64_t metric,
-                   at::Tensor& result);
+                   const at::Tensor& yc, const float* wp, const double* wsum_p, const double* ystat_p,
+                   int64_t metric, at::Tensor& result);
 
 // Internal linkage: each .cu file compiles its own copy (device code is not linked across files).
 namespace {
@@ -108,18 +108,17 @@ __device__ __forceinline__ double block_sum(double v, double* scratch) {
   return s;
 }
 
-// One row's term of a loss sum: |e| or e^2 of the prediction's error, times the row's weight when weights
-// were given. Double: squared errors of float32 predictions may exceed float32's range.
-__device__ __forceinline__ double row_loss(float pred, float y, const float* W, int64_t row, int metric) {
-  const double e = double(pred) - double(y);
-  const double l = metric == MAE ? fabs(e) : e * e;
-  return W ? W[row] * l : l;
+// One row's terms (add_row_terms, ops.h), times the row's weight when weights were given.
+__device__ __forceinline__ void row_terms(double* s, float pred, float y, const float* W, int64_t row,
+                                          int metric) {
+  add_row_terms(s, pred, y, W ? double(W[row]) : 1.0, metric);
 }
 
-// Loss of a mean over `D` rows, or over the weight sum when weights were given (read on the device).
-__device__ __forceinline__ double finish_metric(double s, int64_t D, const double* wsum, int metric) {
-  const double m = s / (wsum ? *wsum : double(D));
-  return metric == RMSE ? sqrt(m) : m;
+// Loss of output k from its summed terms: a mean over `D` rows or over the weight sum when weights were given
+// (read on the device), or the scaled MSE from the target's sums ystat [n_out, 3].
+__device__ __forceinline__ double finish_metric(const double* s, int64_t D, const double* wsum,
+                                                const double* ystat, int k, int metric) {
+  return finish_terms(s, wsum ? *wsum : double(D), ystat ? ystat + 3 * k : nullptr, metric);
 }
 
 // In-place inclusive prefix sum of a[0, n) by the whole block (every thread calls it; ends synchronised).

@@ -187,30 +187,34 @@ __global__ void forward_level_kernel(const uint8_t* kind, const int16_t* code, c
     for (int k = 0; k < n_out; ++k) y[(row0 + r) * n_out + k] = ok ? lt.output(k, r) : NAN;
 }
 
-// Level-evaluated loss: per (tree, segment, output) partial sums as fitness_kernel writes them, or with one
-// segment per tree the finished loss itself (no second kernel).
+// Level-evaluated loss: per (tree, segment, output) partial sums of the loss terms as fitness_kernel writes
+// them, or with one segment per tree the finished loss itself (no second kernel).
 template <bool ORDERED>
 __global__ void fitness_level_kernel(const uint8_t* kind, const int16_t* code, const uint8_t* out,
                                      const float* value, const int16_t* size, int L, const int* order,
                                      const float* X, const float* Yt, const float* W, int64_t D, int n_in,
                                      int n_out, int metric, int rows, bool stage_x, int64_t nseg,
-                                     const double* wsum, double* partial, float* result) {
+                                     const double* wsum, const double* ystat, double* partial,
+                                     float* result) {
   extern __shared__ __align__(16) char smem[];
   __shared__ double scratch[WARP];
   const int64_t p = tree_at<ORDERED>(order, blockIdx.x / nseg), seg = blockIdx.x % nseg, row0 = seg * rows;
   LevelTree lt;
   const bool ok =
       eval_levels(kind, code, out, value, size, p, L, n_in, n_out, X, D, row0, rows, stage_x, smem, lt);
+  const int nt = metric_terms(metric);
   double total = 0.0;
   for (int k = 0; k < n_out; ++k) {
-    double s = 0.0;
+    double s[MAX_TERMS] = {};
     for (int r = threadIdx.x; ok && r < rows && row0 + r < D; r += blockDim.x)
-      s += row_loss(lt.output(k, r), Yt[int64_t(k) * D + row0 + r], W, row0 + r, metric);
-    if (!ok) s = NAN;
-    s = block_sum(s, scratch);
+      row_terms(s, lt.output(k, r), Yt[int64_t(k) * D + row0 + r], W, row0 + r, metric);
+#pragma unroll
+    for (int j = 0; j < MAX_TERMS; ++j)
+      if (j < nt) s[j] = block_sum(ok ? s[j] : NAN, scratch);
     if (threadIdx.x == 0) {
-      if (partial) partial[(p * nseg + seg) * n_out + k] = s;
-      else total += finish_metric(s, D, wsum, metric);
+      if (partial)
+        for (int j = 0; j < nt; ++j) partial[((p * nseg + seg) * n_out + k) * nt + j] = s[j];
+      else total += finish_metric(s, D, wsum, ystat, k, metric);
     }
   }
   if (!partial && threadIdx.x == 0) result[p] = float(total / n_out);
@@ -264,27 +268,28 @@ void forward_level(const at::Tensor& kind, const at::Tensor& code, const at::Ten
 
 void fitness_level(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out,
                    const at::Tensor& value, const at::Tensor& size, const at::Tensor& xc,
-                   const at::Tensor& yc, const float* wp, const double* wsum_p, int64_t metric,
-                   at::Tensor& result) {
+                   const at::Tensor& yc, const float* wp, const double* wsum_p, const double* ystat_p,
+                   int64_t metric, at::Tensor& result) {
   const int64_t P = kind.size(0), L = kind.size(1), D = xc.size(1), n_out = yc.size(0);
   const int n_in = int(xc.size(0));
   const LevelShape sh = level_shape(L, D, n_in);
   const at::Tensor order = longest_first(size, sh.nseg, LEVEL_THREADS);
   at::Tensor partial;  // one segment per tree: the kernel finishes the loss itself
-  if (sh.nseg > 1) partial = at::empty({P * sh.nseg * n_out}, xc.options().dtype(at::kDouble));
+  if (sh.nseg > 1)
+    partial = at::empty({P * sh.nseg * n_out * metric_terms(metric)}, xc.options().dtype(at::kDouble));
   double* partial_p = partial.defined() ? partial.data_ptr<double>() : nullptr;
   auto launch = [&](auto kernel) {
     set_smem(reinterpret_cast<const void*>(kernel), sh.smem);
     kernel<<<P * sh.nseg, LEVEL_THREADS, sh.smem, stream()>>>(
         kind.data_ptr<uint8_t>(), code.data_ptr<int16_t>(), out.data_ptr<uint8_t>(), value.data_ptr<float>(),
         size.data_ptr<int16_t>(), int(L), data_or_null(order), xc.data_ptr<float>(), yc.data_ptr<float>(), wp,
-        D, n_in, int(n_out), int(metric), sh.rows, sh.stage_x, sh.nseg, wsum_p, partial_p,
+        D, n_in, int(n_out), int(metric), sh.rows, sh.stage_x, sh.nseg, wsum_p, ystat_p, partial_p,
         result.data_ptr<float>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
   if (order.defined()) launch(fitness_level_kernel<true>);
   else launch(fitness_level_kernel<false>);
-  if (partial_p) finish_losses(partial_p, P, sh.nseg, n_out, metric, D, wsum_p, result);
+  if (partial_p) finish_losses(partial_p, P, sh.nseg, n_out, metric, D, wsum_p, ystat_p, result);
 }
 
 }  // namespace gprl

@@ -20,7 +20,7 @@ TORCH_LIBRARY(gprl, m) {
   m.def("forward_batched(Tensor kind, Tensor code, Tensor out, Tensor value, Tensor size, Tensor X, "
         "int n_out, int max_stack) -> Tensor");
   // Fused loss of Xt [n_in, D] against yt [n_out, D] (column-major; optional row weights [D]) -> [P];
-  // metric: 0 MSE, 1 MAE, 2 RMSE
+  // metric: 0 MSE, 1 MAE, 2 RMSE, 3 and 4 MSE and RMSE after each output's linear scaling (ops.h)
   m.def("fitness(Tensor kind, Tensor code, Tensor out, Tensor value, Tensor size, Tensor Xt, Tensor yt, "
         "Tensor? weight, int metric, int max_stack, int strategy=-1) -> Tensor");
 }

@@ -32,6 +32,7 @@ MAX_LEN_LIMIT = 4096  # int16 sizes and shared-memory staging of a tree in the C
 MAX_OUTPUTS = 256
 MAX_DEPTH_LIMIT = 64  # the generator's depth bound (kernels/trees.h)
 METRICS = {"mse": 0, "mae": 1, "rmse": 2}
+SCALED_METRICS = {"mse": 3, "rmse": 4}  # after each output's least-squares linear scaling (kernels/ops.h)
 METHODS = {"grow": 0, "full": 1, "ramped": 2}
 TREE_ERRORS = {
     1: "length (size[0]) is outside 1..max_len",

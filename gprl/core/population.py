@@ -30,6 +30,7 @@ from gprl.core.encoding import (  # noqa: F401 - the encoding's names, re-export
     METRICS,
     OUTPUT_FLAG,
     PAD,
+    SCALED_METRICS,
     TREE_ERRORS,
     VAR,
     arities,
@@ -264,16 +265,22 @@ class Population:
     __call__ = forward
 
     def fitness(self, X, y=None, metric: str = "mse", weight=None,
-                strategy: str | None = None) -> torch.Tensor:
+                strategy: str | None = None, scaling: bool = False) -> torch.Tensor:
         """Regression loss of every tree, [P] float32, without materialising predictions.
 
         Pass ``X[D, n_in]`` and ``y`` (``[D]`` or ``[D, n_out]``), or a prepared :class:`gprl.Dataset` as
         ``X`` (validated once: the fast path for repeated calls). Multi-output losses are the mean over
         outputs; ``weight`` ([D], >= 0) weights rows. ``strategy`` forces a CUDA evaluation strategy
         (``gprl.strategy``; default: the calibrated automatic choice).
+
+        ``scaling=True`` (``mse`` / ``rmse``): the loss of each output ``f`` after its least-squares linear
+        scaling ``a + b * f`` (Keijzer 2003; ``gprl.sr.scaling.linear_scaling`` gives ``a`` and ``b``),
+        gathered in the same pass; an output flat within float32 rounding is fitted by y's mean alone.
         """
         if metric not in METRICS:
             raise ValueError(f"metric must be one of {list(METRICS)}, got {metric!r}")
+        if scaling and metric == "mae":
+            raise ValueError("scaling=True fits a + b * f by least squares: use metric='mse' or 'rmse'")
         if isinstance(X, Dataset):
             if y is not None or weight is not None:
                 raise ValueError("pass y and weight inside the Dataset, not beside it")
@@ -295,8 +302,8 @@ class Population:
             raise ValueError(f"y must be [D] or [D, n_out] with n_out={self.n_out}, "
                              f"got {tuple(data.y.shape)}")
         sid = _strategy.choose("fitness", strategy, device, len(self), D, n_out, self.kind.shape[1])
-        return _kernels().fitness(*self.tensors(), Xt, yt, data.weight, METRICS[metric], self.max_stack(),
-                                  sid)
+        metric_id = SCALED_METRICS[metric] if scaling else METRICS[metric]
+        return _kernels().fitness(*self.tensors(), Xt, yt, data.weight, metric_id, self.max_stack(), sid)
 
     # ---- persistence ----
     def save(self, path: str | os.PathLike) -> None:

@@ -170,9 +170,9 @@ def test_every_strategy_equals_cpu_and_is_deterministic(P, D, max_len, depth, n_
     w = torch.rand(D, generator=g) + 0.01
     data, data_g = gprl.Dataset(X, y), gprl.Dataset(X, y, device="cuda")
     wdata, wdata_g = gprl.Dataset(X, y, w), gprl.Dataset(X, y, w, device="cuda")
-    metrics = ("mse", "mae", "rmse")
-    expect = {m: cpu.fitness(data, metric=m) for m in metrics}
-    expect_w = cpu.fitness(wdata, metric="rmse")
+    metrics = (("mse", False), ("mae", False), ("rmse", False), ("mse", True), ("rmse", True))
+    expect = {m: cpu.fitness(data, metric=m[0], scaling=m[1]) for m in metrics}
+    expect_w = {sc: cpu.fitness(wdata, metric="rmse", scaling=sc) for sc in (False, True)}
     for s in (None, *FIT):
         if s == "warp" and n_out > 1:
             with pytest.raises(ValueError, match="single-output"):
@@ -180,11 +180,13 @@ def test_every_strategy_equals_cpu_and_is_deterministic(P, D, max_len, depth, n_
             with pytest.raises(RuntimeError, match="single-output"):
                 torch.ops.gprl.fitness(*gpu.tensors(), data_g.Xt, data_g.yt, None, 0, gpu.max_stack(), 1)
             continue
-        for m in metrics:
-            a = gpu.fitness(data_g, metric=m, strategy=s)
-            assert torch.equal(a, gpu.fitness(data_g, metric=m, strategy=s)), (s, m)
-            assert_close(a, expect[m], f"fitness {s} {m}")
-        assert_close(gpu.fitness(wdata_g, metric="rmse", strategy=s), expect_w, f"fitness {s} weighted")
+        for m, sc in metrics:
+            a = gpu.fitness(data_g, metric=m, strategy=s, scaling=sc)
+            assert torch.equal(a, gpu.fitness(data_g, metric=m, strategy=s, scaling=sc)), (s, m, sc)
+            assert_close(a, expect[m, sc], f"fitness {s} {m} scaling={sc}")
+        for sc in (False, True):
+            assert_close(gpu.fitness(wdata_g, metric="rmse", strategy=s, scaling=sc), expect_w[sc],
+                         f"fitness {s} weighted scaling={sc}")
     expect_y = cpu.forward(X)
     Xg = X.cuda()
     # Trees of up to 1,024 nodes: the CPU's and CUDA's sin/exp/... differ by ulps, which add up along the

@@ -137,6 +137,59 @@ def test_fitness_matches_reference(metric, n_out):
             np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5)
 
 
+@pytest.mark.parametrize("metric", ["mse", "rmse"])
+@pytest.mark.parametrize("n_out", [1, 3])
+def test_scaled_fitness_matches_least_squares(metric, n_out):
+    rng = np.random.default_rng(11)
+    D = 333
+    X = torch.from_numpy(ref.random_inputs(rng, (D, 3)))
+    # offset and scaled targets: the fit has work to do
+    y = torch.from_numpy((50 + 7 * rng.normal(size=(D, n_out))).astype(np.float32))
+    w = torch.from_numpy(rng.uniform(0, 2, size=D).astype(np.float32))
+    pop = random_population(300, 3, n_out, seed=3, functions=["add", "sub", "mul", "max", "sin"])
+    wild = random_population(300, 3, n_out, seed=4)
+    # a constant tree (y's mean alone) and a near-constant one (flat at float32 rounding)
+    flat = Population.from_expressions([["2.5"] * n_out, ["1e6 + 0.01 * x0"] * n_out], n_in=3)
+    for weight in (None, w):
+        wnp = None if weight is None else w.numpy()
+        for p, P in ((pop, ref.eval_population(pop, X)), (wild, wild.forward(X).double().numpy()),
+                     (flat, flat.forward(X).double().numpy())):
+            got = p.fitness(X, y if n_out > 1 else y[:, 0], metric, weight=weight, scaling=True).numpy()
+            want = np.array([ref.scaled_loss(P[i], y.numpy(), metric, wnp) for i in range(len(p))])
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+            ok = np.isfinite(want)
+            np.testing.assert_allclose(got[ok], want[ok], rtol=2e-5, atol=1e-4)
+            plain = p.fitness(X, y if n_out > 1 else y[:, 0], metric, weight=weight).numpy()
+            assert (got[ok] <= plain[ok] * (1 + 1e-5) + 1e-4).all()  # never worse than a = 0, b = 1
+    with pytest.raises(ValueError, match="metric='mse' or 'rmse'"):
+        pop.fitness(X, y if n_out > 1 else y[:, 0], "mae", scaling=True)
+
+
+def test_linear_scaling_coefficients_match_least_squares():
+    from gprl.sr.scaling import fit_linear_scaling
+
+    rng = np.random.default_rng(2)
+    D, M = 200, 2
+    out = rng.normal(size=(5, D, M))
+    out[1, :, 0] = 3.0  # flat: b = 0, a = y's mean
+    out[2, 7, 1] = np.inf
+    y, w = rng.normal(size=(D, M)) + 4, rng.uniform(0.1, 2, size=D)
+    a, b = (t.numpy() for t in fit_linear_scaling(torch.from_numpy(out), torch.from_numpy(y),
+                                                  torch.from_numpy(w)))
+    for p in range(5):
+        for k in range(M):
+            f = out[p, :, k]
+            if not np.isfinite(f).all():
+                assert np.isnan(a[p, k]) and np.isnan(b[p, k])
+                continue
+            if np.ptp(f) == 0:
+                np.testing.assert_allclose([a[p, k], b[p, k]], [np.average(y[:, k], weights=w), 0.0])
+                continue
+            sw = np.sqrt(w)
+            coef = np.linalg.lstsq(np.stack([np.ones(D), f], 1) * sw[:, None], y[:, k] * sw, rcond=None)[0]
+            np.testing.assert_allclose([a[p, k], b[p, k]], coef, rtol=1e-10)
+
+
 def test_fitness_is_deterministic():
     pop = random_population(50, 2, 1, seed=5)
     X = torch.randn(5000, 2)

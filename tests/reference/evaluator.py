@@ -115,6 +115,29 @@ def loss(pred, y, metric, weight=None):
     return float(np.mean(np.sqrt(m) if metric == "rmse" else m))
 
 
+def scaled_loss(pred, y, metric, weight=None):
+    """pred, y: [D, n_out]; the loss after each output's least-squares a + b * f (NumPy lstsq on the
+    sqrt-weighted design [1, f]); a flat output (its spread at float32 rounding of its mean) is fitted by the
+    mean alone, a non-finite one gives NaN."""
+    w = np.ones(len(y)) if weight is None else np.asarray(weight, np.float64)
+    sw = np.sqrt(w)
+    per = []
+    for k in range(y.shape[1]):
+        f, t = pred[:, k].astype(np.float64), y[:, k].astype(np.float64)
+        if not np.isfinite(f).all():
+            return float("nan")
+        mf = np.average(f, weights=w)
+        sd = np.sqrt(np.average((f - mf) ** 2, weights=w))
+        # the same column space as [1, f], well conditioned for any size of f
+        design = np.stack([np.ones_like(f), (f - mf) / (sd if sd > 0 else 1.0)], 1)
+        if sd * sd <= 1e-12 * mf * mf:
+            design = design[:, :1]
+        coef = np.linalg.lstsq(design * sw[:, None], t * sw, rcond=None)[0]
+        per.append(np.average((design @ coef - t) ** 2, weights=w))
+    per = np.array(per)
+    return float(np.mean(np.sqrt(per) if metric == "rmse" else per))
+
+
 def compare(actual, pop, X, rtol=1e-5, atol=1e-6):
     """Checks kernel outputs against the float32 reference where the result is well conditioned (float64
     and six runs with every node nudged by 4 ulps agree to rtol/4). Returns the fraction left out."""
