@@ -22,6 +22,7 @@ a single output with a sigmoid for two classes.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 
 import numpy as np
 import sympy
@@ -114,6 +115,13 @@ def target_scaling(y: np.ndarray, weight: np.ndarray | None) -> tuple[float, np.
     y, weight = (y / size).reshape(len(y), -1)[keep], None if weight is None else weight[keep]
     mean, sd = weighted_mean_std(y, weight)
     return size, mean, float(sd.max()) or 1.0
+
+
+def exact_number(c: float) -> sympy.Expr:
+    """``c`` as a sympy Rational when it is exactly a fraction of denominator <= 12 (a simplified linear
+    scaling's 0, 1, 1/2, ...: ``0.5 * (2 * x)`` reads ``x``), else as a Float."""
+    q = Fraction(float(c)).limit_denominator(12)
+    return sympy.Rational(q.numerator, q.denominator) if float(q) == float(c) else sympy.Float(float(c))
 
 
 def as_float32(a: np.ndarray, name: str, fix: str) -> np.ndarray:
@@ -253,10 +261,15 @@ class _SymbolicBase(BaseEstimator):
                 trees, losses = tune_best(trees, losses, train, len(trees), int(self.optimizer_iterations))
                 gp.archive.update(trees, losses)
                 lengths, losses, trees = gp.archive.front()
-            train_loss = losses.cpu().numpy().astype(np.float64)
-            # the output bias/scale of each front tree (classifiers' linear scaling), fitted on the
-            # training rows
-            coef = train.coefficients(trees) if hasattr(train, "coefficients") else None
+            # the output intercept/slope of each front tree (linear scaling), fitted on the training rows,
+            # and the training loss of exactly that formula
+            if not train.scaling:
+                coef = None
+            elif self._task == "regression":  # exact where the fit only absorbs rounding
+                coef = train.coefficients(trees, simplify=True)
+            else:
+                coef = train.coefficients(trees)
+            train_loss = (losses if coef is None else train(trees, coef)).cpu().numpy().astype(np.float64)
             if val is not None:
                 loss_used = ((val(trees) if coef is None else val(trees, coef)).cpu().numpy()
                              .astype(np.float64))
@@ -316,7 +329,7 @@ class _SymbolicBase(BaseEstimator):
         names = self._names()
         exprs = self._front.to_sympy(index, names=names, protected=True)
         if self._coef is not None:
-            exprs = [float(a) + float(b) * e
+            exprs = [exact_number(a) + exact_number(b) * e
                      for a, b, e in zip(self._coef[0][index], self._coef[1][index], exprs)]
         if getattr(self, "_y_scale", None) is not None:
             exprs = [float(m) + self._y_scale * e for m, e in zip(self._y_shift, exprs)]
@@ -399,6 +412,9 @@ _DOC_PARAMS = """
 class SymbolicRegressor(RegressorMixin, _SymbolicBase):
     __doc__ = ("Symbolic regression by GPU tree GP (multi-target y via multi-output trees).\n"
                + _DOC_PARAMS + """
+    linear_scaling: each tree output f is read as a + b * f with the intercept a and slope b the
+    least-squares fit on the training rows (Keijzer 2003), gathered in the fused fitness pass; they are part
+    of predict and of the formulas. "auto" (default): on for "mse" and "rmse", off for "mae".
     optimize_constants fits the metric itself: Gauss-Newton steps for "mse" and "rmse", iteratively
     reweighted least squares for "mae" (``RegressionObjective.gauss_newton_terms``), with the sample
     weights; a step is kept only where the training loss decreases. With 500 trees and 50 generations (CPU,
@@ -418,9 +434,10 @@ class SymbolicRegressor(RegressorMixin, _SymbolicBase):
                  rates: dict[str, float] | None = None, parsimony: float = 0.0, metric: str = "mse",
                  model_selection: str = "best", target_loss: float | None = None,
                  time_limit: float | None = None, validation_fraction: float | None = None,
-                 standardize: bool = False,
+                 standardize: bool = False, linear_scaling: bool | str = "auto",
                  optimize_constants: int = 0, optimize_every: int = 1, optimizer_iterations: int = 8,
                  random_state=None, device: str = "auto", callback: Callable | None = None, verbose: int = 0):
+        self.linear_scaling = linear_scaling
         self.optimize_constants, self.optimize_every = optimize_constants, optimize_every
         self.optimizer_iterations = optimizer_iterations
         self.population_size, self.generations, self.functions = population_size, generations, functions
@@ -440,8 +457,20 @@ class SymbolicRegressor(RegressorMixin, _SymbolicBase):
         self._multi_target = y.ndim == 2
         self.n_targets_ = 1 if y.ndim == 1 else y.shape[1]
         w = self._check_weight(sample_weight, X.shape[0])
+        scaling = self._linear_scaling()
         return self._fit(X, y, w, lambda X, y, w, dev: RegressionObjective(
-            X, y, w, metric=self.metric, device=dev))
+            X, y, w, metric=self.metric, device=dev, scaling=scaling))
+
+    def _linear_scaling(self) -> bool:
+        v = self.linear_scaling
+        if v == "auto":
+            return self.metric != "mae"
+        if not isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"linear_scaling must be True, False or 'auto', got {v!r}")
+        if v and self.metric == "mae":
+            raise ValueError("linear_scaling=True fits a + b * f by least squares, which metric='mae' does "
+                             "not measure; use linear_scaling=False or 'auto' with 'mae'")
+        return bool(v)
 
     def predict(self, X) -> np.ndarray:
         out = self._outputs(X)

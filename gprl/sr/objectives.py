@@ -4,7 +4,9 @@ An objective is built once per dataset (validated, laid out on the device) and t
 generation with a :class:`Population`; it returns the loss of every tree, ``[P]`` float32 on the device,
 lower is better (``GeneticProgramming.step``'s convention), with no host sync.
 
-* :class:`RegressionObjective` uses the fused ``Population.fitness`` kernel (no ``[P, D]`` predictions).
+* :class:`RegressionObjective` uses the fused ``Population.fitness`` kernel (no ``[P, D]`` predictions);
+  with ``scaling=True`` each output's loss is that of its least-squares ``a + b * f``, gathered in the same
+  pass.
 * :class:`ClassificationObjective` needs the outputs themselves: ``Population.forward`` in chunks of trees
   (``[chunk, D, n_out]``), then softmax cross-entropy (sigmoid for a single output) or the error rate.
   With ``scaling=True`` each tree's outputs first get their own fitted bias and scale
@@ -18,21 +20,29 @@ import torch
 
 from gprl.core.dataset import Dataset, check_float32_range
 from gprl.core.population import METRICS, Population
-from gprl.sr.scaling import fit_logistic_scaling
+from gprl.sr.scaling import fit_linear_scaling, fit_logistic_scaling
 
 CLASSIFICATION_METRICS = ("cross_entropy", "accuracy")
 
 
 class RegressionObjective:
     """MSE / MAE / RMSE of every tree on ``X [D, n_in]``, ``y [D]`` or ``[D, n_out]`` (mean over outputs),
-    optionally weighted per row."""
+    optionally weighted per row.
 
-    def __init__(self, X, y, weight=None, metric: str = "mse", device=None):
+    ``scaling=True`` (``mse`` / ``rmse``): the loss of each output after its least-squares linear scaling
+    ``a + b * f`` (Keijzer 2003), so the search looks for the shape of the function and the fit supplies
+    its offset and magnitude; ``coefficients`` gives ``(a, b)`` for export."""
+
+    def __init__(self, X, y, weight=None, metric: str = "mse", device=None, scaling: bool = False,
+                 chunk_elements: int = 1 << 24):
         if metric not in METRICS:
             raise ValueError(f"metric must be one of {list(METRICS)} for regression, got {metric!r}")
+        if scaling and metric == "mae":
+            raise ValueError("scaling=True fits a + b * f by least squares: use metric 'mse' or 'rmse', "
+                             "or scaling=False for 'mae'")
         weight = None if weight is None else _tensor(weight, "weight")
         self.data = Dataset(_tensor(X, "X"), _tensor(y, "y"), weight, device=device)
-        self.metric = metric
+        self.metric, self.scaling, self.chunk_elements = metric, bool(scaling), int(chunk_elements)
 
     @property
     def n_in(self) -> int:
@@ -42,8 +52,37 @@ class RegressionObjective:
     def n_out(self) -> int:
         return self.data.n_out
 
-    def __call__(self, population: Population) -> torch.Tensor:
-        return population.fitness(self.data, metric=self.metric)
+    def __call__(self, population: Population,
+                 coefficients: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """Loss ``[P]``; ``coefficients`` (intercept, slope ``[P, n_out]``, e.g. fitted on other rows) are
+        applied to the outputs instead of the fit of ``scaling``."""
+        if coefficients is None:
+            return population.fitness(self.data, metric=self.metric, scaling=self.scaling)
+        a, b = _check_coefficients(coefficients, len(population), self.n_out, self.data.device)
+        y, w = self.data.y.double().reshape(self.data.n_rows, -1), self.data.weight
+        losses = []
+        for i, out in _output_chunks(population, self.data, self.n_out, self.chunk_elements):
+            e = a[i:i + len(out), None] + b[i:i + len(out), None] * out.double() - y  # [chunk, D, M]
+            e = e.abs() if self.metric == "mae" else e * e
+            m = e.mean(1) if w is None else torch.einsum("pdm,d->pm", e, w.double()) / w.double().sum()
+            losses.append((m.sqrt() if self.metric == "rmse" else m).mean(1))
+        loss = torch.cat(losses).float() if losses else torch.zeros(0, device=self.data.device)
+        return torch.nan_to_num(loss, nan=float("inf"))
+
+    def coefficients(self, population: Population, simplify: bool = False
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Intercept and slope ``[P, n_out]`` (float64) of every tree's outputs: the least-squares fit with
+        ``scaling`` (``simplify``: its simplest form within rounding, ``fit_linear_scaling``), else 0 and
+        1."""
+        P, dev = len(population), self.data.device
+        zeros = torch.zeros(P, self.n_out, dtype=torch.float64, device=dev)
+        if not self.scaling:
+            return zeros, torch.ones_like(zeros)
+        fits = [fit_linear_scaling(out, self.data.y, self.data.weight, simplify)
+                for _, out in _output_chunks(population, self.data, self.n_out, self.chunk_elements)]
+        if not fits:
+            return zeros, zeros
+        return torch.cat([a for a, _ in fits]), torch.cat([b for _, b in fits])
 
     def gauss_newton_terms(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Gradient ``[P, D, M]`` and Gauss–Newton Hessian ``[P, D, M, M]`` (float64, diagonal in the outputs)
@@ -61,13 +100,20 @@ class RegressionObjective:
           an iteratively reweighted least-squares step towards the least-absolute-deviations fit.
           ``gprl.evolve.constants.optimize_constants`` keeps a step only where the true loss decreases.
 
-        Non-finite outputs give zero terms; so does an output already fitted exactly (``m_k = 0``)."""
-        y = self.data.y.double()[None]  # [1, D, M]
+        Non-finite outputs give zero terms; so does an output already fitted exactly (``m_k = 0``).
+        With ``scaling`` the outputs pass through their least-squares ``a + b * out`` (held fixed: at the
+        fitted optimum that is still the exact gradient), so both terms carry ``b``'s factors."""
+        y = self.data.y.double().reshape(1, self.data.n_rows, -1)  # [1, D, M]
         w = self.data.weight
         w = torch.ones(y.shape[1], dtype=torch.float64, device=y.device) if w is None else w.double()
         W, M = w.sum(), y.shape[2]
         finite = torch.isfinite(out)
-        e = torch.where(finite, out.double() - y, 0.0)
+        z = out.double()
+        if self.scaling:
+            a, slope = fit_linear_scaling(out, self.data.y, self.data.weight)
+            z = a[:, None] + slope[:, None] * z
+            finite = finite & torch.isfinite(z)
+        e = torch.where(finite, z - y, 0.0)
         w = w[None, :, None] / (M * W)  # [1, D, 1]: each row's share of the loss
         if self.metric == "mse":
             g, h = 2.0 * w * e, (2.0 * w).expand_as(e)
@@ -81,6 +127,8 @@ class RegressionObjective:
             g = w * torch.sign(e)
             h = torch.where(eps > 0, w / torch.maximum(a, eps).clamp(min=torch.finfo(torch.float64).tiny),
                             0.0)
+        if self.scaling:  # d z / d out = b
+            g, h = g * slope[:, None], h * slope[:, None] ** 2
         g, h = torch.where(finite, g, 0.0), torch.where(finite, h, 0.0)
         return g, torch.diag_embed(h)
 
@@ -140,11 +188,7 @@ class ClassificationObjective:
         return (per_row * self.w).sum(-1)
 
     def _chunks(self, population: Population):
-        """(first tree, outputs ``[chunk, D, n_out]``) a chunk of trees at a time (bounds the memory)."""
-        P, D = len(population), self.data.n_rows
-        step = max(1, self.chunk_elements // max(1, D * self.n_out))
-        for i in range(0, P, step):
-            yield i, population[i:i + step].forward(self.data.X, check_finite=False)  # a checked Dataset
+        return _output_chunks(population, self.data, self.n_out, self.chunk_elements)
 
     def coefficients(self, population: Population) -> tuple[torch.Tensor, torch.Tensor]:
         """Bias and scale ``[P, n_out]`` (float64) of every tree's outputs: the fitted ones with ``scaling``,
@@ -198,15 +242,26 @@ class ClassificationObjective:
         """Loss ``[P]``; ``coefficients`` (bias, scale ``[P, n_out]``, e.g. fitted on other rows) replace the
         fit of ``scaling``."""
         if coefficients is not None:
-            coefficients = tuple(torch.as_tensor(c, dtype=torch.float64, device=self.data.device)
-                                 for c in coefficients)
-            if any(c.shape != (len(population), self.n_out) for c in coefficients):
-                raise ValueError("coefficients must be (bias, scale) of shape "
-                                 f"[{len(population)}, {self.n_out}]")
+            coefficients = _check_coefficients(coefficients, len(population), self.n_out, self.data.device)
         sl = (lambda i, n: None if coefficients is None else tuple(c[i:i + n] for c in coefficients))
         losses = [self._loss(out, sl(i, len(out))) for i, out in self._chunks(population)]
         loss = torch.cat(losses).float() if losses else torch.zeros(0, device=self.data.device)
         return torch.nan_to_num(loss, nan=float("inf"))
+
+
+def _output_chunks(population: Population, data: Dataset, n_out: int, chunk_elements: int):
+    """(first tree, outputs ``[chunk, D, n_out]``) a chunk of trees at a time (bounds the memory)."""
+    step = max(1, chunk_elements // max(1, data.n_rows * n_out))
+    for i in range(0, len(population), step):
+        yield i, population[i:i + step].forward(data.X, check_finite=False)  # a checked Dataset
+
+
+def _check_coefficients(coefficients, P: int, n_out: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(intercept, slope) as float64 ``[P, n_out]`` tensors on ``device``."""
+    a, b = (torch.as_tensor(c, dtype=torch.float64, device=device) for c in coefficients)
+    if a.shape != (P, n_out) or b.shape != (P, n_out):
+        raise ValueError(f"coefficients must be (bias, scale) of shape [{P}, {n_out}]")
+    return a, b
 
 
 def _tensor(a, name: str) -> torch.Tensor:

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import sympy
+import torch
 from scipy.special import logsumexp, softmax
 from sklearn.base import clone
 from sklearn.metrics import accuracy_score, log_loss, mean_squared_error
@@ -276,3 +277,38 @@ def test_values_past_float32_range_get_their_own_message():
     # only the weights' ratios matter, so huge weights are fine
     heavy = gprl.SymbolicRegressor(**TINY).fit(X, y, sample_weight=np.full(30, 1e39))
     np.testing.assert_array_equal(heavy.predict(X), gprl.SymbolicRegressor(**TINY).fit(X, y).predict(X))
+
+
+def test_linear_scaling_finds_the_shape_and_folds_a_and_b_into_the_formula():
+    rng = np.random.default_rng(3)
+    X = rng.uniform(1, 5, (400, 3))
+    y = 3.7 * X[:, 0] * X[:, 1] / X[:, 2] + 12.3
+    est = gprl.SymbolicRegressor(population_size=1000, generations=20, random_state=0).fit(X, y)
+    plain = gprl.SymbolicRegressor(population_size=1000, generations=20, random_state=0,
+                                   linear_scaling=False).fit(X, y)
+    pred = est.predict(X)
+    assert mean_squared_error(y, pred) < 1e-6 * y.var() < mean_squared_error(y, plain.predict(X))
+    # the formula is a + b * tree: it reproduces predict, and the reported loss is predict's
+    np.testing.assert_allclose(_lambdify(est.sympy(protected=True), ["x0", "x1", "x2"])(X), pred, rtol=1e-6)
+    assert est.equations_["loss"][est.best_index_] == pytest.approx(mean_squared_error(y, pred), rel=1e-3,
+                                                                    abs=1e-9 * y.var())
+    with pytest.raises(ValueError, match="linear_scaling=False or 'auto'"):
+        gprl.SymbolicRegressor(metric="mae", linear_scaling=True, **TINY).fit(X, y)
+    gprl.SymbolicRegressor(metric="mae", **TINY).fit(X, y)  # "auto": off for mae
+
+
+def test_simplified_linear_scaling_is_exact_only_within_rounding():
+    from gprl.sr.scaling import fit_linear_scaling
+
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-2, 2, 500)
+    f = torch.from_numpy(np.stack([2 * x, -6 * x, x + 0.05 * rng.normal(size=500)])[:, :, None])
+    y = torch.from_numpy(x[:, None] + 1.0)
+    a, b = fit_linear_scaling(f, y, simplify=True)
+    # 2x and -6x carry y exactly: 1 + x/2 and 1 - x/6 (b an exact fraction); the noisy output keeps its
+    # fit up to rounding (at most 6 significant digits dropped)
+    np.testing.assert_array_equal(b[:2, 0].numpy(), [0.5, float(np.float64(-1) / 6)])
+    np.testing.assert_array_equal(a[:2, 0].numpy(), [1.0, 1.0])
+    fit_a, fit_b = fit_linear_scaling(f, y)
+    np.testing.assert_allclose([a[2, 0], b[2, 0]], [fit_a[2, 0], fit_b[2, 0]], rtol=1e-6)
+    assert abs(float(b[2, 0]) - 1) > 1e-3
