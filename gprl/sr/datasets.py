@@ -9,6 +9,8 @@ per variable, ``E[a, b, step]`` an evenly spaced grid (a mesh for two variables)
 and the Koza quartic (Koza 1992) define only a training set; their test sets here are 1,000 fresh points from
 the training distribution. Keijzer (Keijzer 2003) and Pagie-1 (Pagie & Hogeweg 1997) sets follow McDermott
 et al. 2012 ("Genetic programming needs better benchmarks"). Feynman equations follow ``gprl.feynman``.
+``sample(name, n)`` draws n random rows of any of these generated benchmarks from the intervals of
+``ranges(name)`` (SRBench-style sets of a chosen size).
 The scikit-learn datasets (diabetes, wine, breast_cancer, iris, digits) are split into train/test at random
 (stratified for classification). ``load_csv``/``from_arrays`` bring the user's own data into the same form.
 Nothing is ever dropped silently: NaN/inf or non-numeric features raise a ValueError naming the column.
@@ -83,6 +85,7 @@ class _Synthetic:
     constants: bool
     description: str
     numeric: Callable | None = None  # for formulas lambdify cannot evaluate (Keijzer-6's harmonic sum)
+    integer: bool = False  # defined on integer inputs only (Keijzer-6): ``sample`` draws integers
 
 
 def _harmonic(x: np.ndarray) -> np.ndarray:
@@ -137,7 +140,8 @@ _KEIJZER = {
 }
 for _k, (_f, _n, _tr, _te) in _KEIJZER.items():
     SYNTHETIC[f"keijzer_{_k}"] = _Synthetic(_f, _n, _tr, _te, KEIJZER_FUNCTIONS, True, f"Keijzer-{_k}",
-                                            numeric=(lambda x0: _harmonic(x0)) if _k == 6 else None)
+                                            numeric=(lambda x0: _harmonic(x0)) if _k == 6 else None,
+                                            integer=_k == 6)
 
 SKLEARN = {"diabetes": "regression", "wine": "classification", "breast_cancer": "classification",
            "iris": "classification", "digits": "classification"}
@@ -156,19 +160,29 @@ def _sample(spec: tuple, n_vars: int, rng: np.random.Generator) -> np.ndarray:
     return np.stack([g.ravel() for g in grids], axis=1)
 
 
+def _spec_ranges(spec: tuple, n_vars: int) -> list[tuple[float, float]]:
+    if spec[0] == "K5":
+        return [(-1.0, 1.0), (1.0, 2.0), (-1.0, 1.0)]
+    return [(float(spec[1]), float(spec[2]))] * n_vars
+
+
+def _synthetic_targets(s: _Synthetic, X: np.ndarray) -> np.ndarray:
+    names = [f"x{k}" for k in range(s.n_vars)]
+    symbols = [sympy.Symbol(n, real=True) for n in names]
+    fn = s.numeric or sympy.lambdify(symbols, sympy.sympify(s.formula, locals=dict(zip(names, symbols))),
+                                     modules="numpy")
+    with np.errstate(divide="ignore"):  # Pagie-1 at 0: 1/(1 + inf) = 0, the formula's limit
+        return np.broadcast_to(np.asarray(fn(*X.T), dtype=np.float64), (len(X),)).copy()
+
+
 def _synthetic(name: str, seed: int, noise: float) -> SupervisedData:
     s = SYNTHETIC[name]
     rng = np.random.default_rng(seed)
     names = [f"x{k}" for k in range(s.n_vars)]
-    symbols = [sympy.Symbol(n, real=True) for n in names]
-    expr = sympy.sympify(s.formula, locals=dict(zip(names, symbols)))
-    fn = s.numeric or sympy.lambdify(symbols, expr, modules="numpy")
     parts = []
     for spec in (s.train, s.test):
         X = _sample(spec, s.n_vars, rng)
-        with np.errstate(divide="ignore"):  # Pagie-1 at 0: 1/(1 + inf) = 0, the formula's limit
-            y = np.broadcast_to(np.asarray(fn(*X.T), dtype=np.float64), (len(X),)).copy()
-        parts += [X, y]
+        parts += [X, _synthetic_targets(s, X)]
     if noise:
         parts[1] = parts[1] + rng.normal(0.0, noise * np.std(parts[1]), parts[1].shape)
     return SupervisedData(name, "regression", *parts, feature_names=names, formula=s.formula,
@@ -195,6 +209,48 @@ def _sklearn(name: str, test_size: float, seed: int) -> SupervisedData:
     return from_arrays(bunch.data, y, feature_names=[str(f) for f in bunch.feature_names],
                        target_names=targets, task=task, test_size=test_size, seed=seed, name=name,
                        description=f"scikit-learn's bundled {name} dataset")
+
+
+def ranges(name: str) -> list[tuple[float, float]]:
+    """The interval each variable of a Feynman or synthetic benchmark is drawn from (for the synthetic
+    ones, their training set's: a grid's span, or Keijzer-5's three intervals), in feature order."""
+    key = _generated_key(name)
+    if key in feynman.BY_KEY:
+        return [(float(lo), float(hi)) for _, lo, hi in feynman.BY_KEY[key].variables]
+    s = SYNTHETIC[key]
+    return _spec_ranges(s.train, s.n_vars)
+
+
+def sample(name: str, n_samples: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, list[str], str]:
+    """``n_samples`` noise-free rows of a Feynman or synthetic benchmark, each variable drawn independently
+    and uniformly from its interval of ``ranges(name)`` (integers for Keijzer-6, a sum over integers):
+    ``(X [n, d], y [n], feature_names, formula)``, float64. Unlike ``load``, the synthetic benchmarks get
+    ``n_samples`` random rows here instead of their papers' sets (e.g. for SRBench's 10,000-row protocol)."""
+    key = _generated_key(name)
+    _check_int("n_samples", n_samples, 1)
+    rng = np.random.default_rng(seed)
+    if key in feynman.BY_KEY:
+        eq = feynman.BY_KEY[key]
+        X, y = eq.sample(n_samples, rng)
+        return X, y, [v for v, _, _ in eq.variables], eq.formula
+    s = SYNTHETIC[key]
+    lo_hi = _spec_ranges(s.train, s.n_vars)
+    if s.integer:
+        X = np.stack([rng.integers(round(lo), round(hi), n_samples, endpoint=True) for lo, hi in lo_hi],
+                     axis=1).astype(np.float64)
+    else:
+        X = np.stack([rng.uniform(lo, hi, n_samples) for lo, hi in lo_hi], axis=1)
+    return X, _synthetic_targets(s, X), [f"x{k}" for k in range(s.n_vars)], s.formula
+
+
+def _generated_key(name: str) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a dataset name (str), got {type(name).__name__}")
+    key = name.replace(".", "_")
+    if key not in feynman.BY_KEY and key not in SYNTHETIC:
+        raise ValueError(f"unknown generated benchmark {name!r}; choose a Feynman or synthetic one "
+                         f"(e.g. 'feynman_I_9_18', 'nguyen_1', 'keijzer_4')")
+    return key
 
 
 def names() -> list[str]:

@@ -100,3 +100,22 @@ def test_from_arrays_errors():
         D.from_arrays(np.zeros((4, 1)), np.ones(3))
     with pytest.raises(ValueError, match="unknown dataset"):
         D.load("nguyen_99")
+
+
+@pytest.mark.parametrize("name", ["feynman_I_9_18", "nguyen_7", "keijzer_5", "keijzer_6", "keijzer_11"])
+def test_sample_draws_rows_in_the_ranges_from_the_formula(name):
+    X, y, names, formula = D.sample(name, 500, seed=2)
+    lo, hi = np.array(D.ranges(name)).T
+    assert X.shape == (500, len(names)) and y.shape == (500,)
+    assert (X >= lo).all() and (X <= hi).all() and (X.min(axis=0) < lo + 0.2 * (hi - lo)).all()
+    symbols = [sympy.Symbol(n, real=True) for n in names]
+    expr = sympy.sympify(formula, locals=dict(zip(names, symbols)))
+    if name == "keijzer_6":  # the harmonic sum over integers
+        assert (X == np.round(X)).all()
+        np.testing.assert_allclose(y, [float(sympy.harmonic(int(v))) for v in X[:, 0]])
+    else:
+        np.testing.assert_allclose(y, sympy.lambdify(symbols, expr, "numpy")(*X.T))
+    np.testing.assert_array_equal(D.sample(name, 500, seed=2)[0], X)  # the seed fixes the rows
+    assert D.ranges("keijzer_5") == [(-1.0, 1.0), (1.0, 2.0), (-1.0, 1.0)]
+    with pytest.raises(ValueError, match="unknown generated benchmark"):
+        D.sample("wine", 10)
