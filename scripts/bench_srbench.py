@@ -283,8 +283,9 @@ def by_name(expr: sympy.Expr, symbols: list[sympy.Symbol]) -> sympy.Expr:
 
 
 def fit_gprl(d: dict, T: float, a) -> dict:
-    est = gprl.SymbolicRegressor(time_limit=T, generations=GENERATIONS, functions=a.functions,
-                                 random_state=d["seed"], device=a.device)
+    params = {"generations": GENERATIONS, **a.gprl_params}
+    est = gprl.SymbolicRegressor(time_limit=T, functions=a.functions, random_state=d["seed"], device=a.device,
+                                 **params)
     t0 = time.perf_counter()
     est.fit(d["X_train"], d["y_train"])
     seconds = time.perf_counter() - t0
@@ -504,9 +505,16 @@ def plot(doc: dict, path: str) -> None:
 
 
 # ---------------------------------------------------------------- main
+def engine_label(engine: str, a) -> tuple[str, str]:
+    """An engine's name in the results (gprl's carries --gprl-tag) and its device."""
+    if engine != "gprl":
+        return engine, "cpu"
+    return (f"gprl:{a.gprl_tag}" if a.gprl_tag else "gprl"), a.device
+
+
 def run_one(engine: str, name: str, d: dict, noise: float, a) -> dict:
-    device = a.device if engine == "gprl" else "cpu"
-    row = {"engine": engine, "device": device, "threads": a.threads, "problem": name,
+    label, device = engine_label(engine, a)
+    row = {"engine": label, "device": device, "threads": a.threads, "problem": name,
            "family": name.split("_")[0], "noise": noise, "time_limit": a.time, "seed": d["seed"],
            "n_features": len(d["feature_names"]), "feature_names": d["feature_names"],
            "train_rows": len(d["y_train"]), "test_rows": len(d["y_test"]), "true_model": str(d["truth"])}
@@ -546,6 +554,9 @@ def main(argv=None) -> dict:
                     help="the function set of every engine")
     ap.add_argument("--rows", type=int, default=10_000, help="rows per problem (75%% train, 25%% test)")
     ap.add_argument("--seed", type=int, default=0, help="mixed with each problem's name into its seed")
+    ap.add_argument("--gprl-params", type=json.loads, default={}, metavar="JSON",
+                    help='SymbolicRegressor settings over the defaults, e.g. \'{"population_size": 20000}\'')
+    ap.add_argument("--gprl-tag", default="", help="gprl's rows are engine 'gprl:TAG' (settings compared)")
     ap.add_argument("--sympy-timeout", type=float, default=30.0,
                     help="seconds for the simplification and equivalence check of one model")
     ap.add_argument("--out", default=None, help="JSON file, rewritten after every entry")
@@ -611,7 +622,7 @@ def main(argv=None) -> dict:
             doc[f"resumed_{k}"] = old.get(f"resumed_{k}", []) + [old.get(k)]
     done = {key(r) for r in doc["results"]}
     for name in engines:
-        if any((name, a.device if name == "gprl" else "cpu", p, float(n), float(a.time)) not in done
+        if any((*engine_label(name, a), p, float(n), float(a.time)) not in done
                for p in problems for n in a.noise):
             try:
                 warm_up(name, a)
@@ -622,7 +633,7 @@ def main(argv=None) -> dict:
     for i, name in enumerate(problems):
         for noise in a.noise:
             todo = [e for e in engines
-                    if (e, a.device if e == "gprl" else "cpu", name, float(noise), float(a.time)) not in done]
+                    if (*engine_label(e, a), name, float(noise), float(a.time)) not in done]
             if not todo:
                 continue
             d = problem_data(name, a.rows, noise, a.seed)

@@ -66,7 +66,8 @@ class Evolution:
 
     ``evaluate(population, generation) -> (fitness [P], metrics)`` scores all populations at once (the
     :class:`gprl.train.tasks.Task` interface); ``gps[k]`` varies population ``k`` and holds its archive.
-    ``time_limit`` is in seconds, counting ``elapsed_before`` (a resumed run's earlier time). ``step`` makes
+    ``time_limit`` is in seconds, counting ``elapsed_before`` (a resumed run's earlier time); the loop stops
+    where one more generation, as long as the last, would end past it. ``step`` makes
     the next population (default ``gp.step``; the training app varies on one process and shares the result),
     and ``agree`` turns this process's stop decision into the one every process takes."""
 
@@ -100,6 +101,9 @@ class Evolution:
         returns a reason to stop ("" or None: go on), ranked after the loop's own rules."""
         self.started = time.perf_counter()
         pops, g, fitness = list(populations), start, None
+        # the last whole generation's seconds: the next is expected to take as long, and the time limit
+        # stops the search before a generation that would end past it
+        began, last = None, 0.0
         stop = "generations" if self.finish == "vary" and self.generations is not None \
             and start >= self.generations else ""  # a resumed run that already reached its budget
         while True:
@@ -107,7 +111,10 @@ class Evolution:
                 before(g, pops, stop)
             if stop:
                 break
-            began = time.perf_counter()
+            now = time.perf_counter()
+            if began is not None:
+                last = now - began
+            began = now
             fitness, metrics = self._evaluate(pops, g)
             if self.finish == "archive" and g == self.generations:
                 stop = "generations"
@@ -115,7 +122,7 @@ class Evolution:
                 reached = self.finish == "vary" and self.generations is not None and g + 1 >= self.generations
                 elapsed = self.elapsed()
                 stop = "generations" if reached else \
-                    "time_limit" if self.time_limit is not None and elapsed >= self.time_limit else ""
+                    "time_limit" if self.time_limit is not None and elapsed + last >= self.time_limit else ""
                 if report is not None:  # reported even when the loop stops after it
                     asked = report(Generation(g, pops, fitness, metrics, time.perf_counter() - began, elapsed,
                                               stop))

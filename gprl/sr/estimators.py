@@ -10,7 +10,9 @@ Pareto archive), and pick the final model from that front by ``model_selection``
 
 * ``"accuracy"``: the lowest loss;
 * ``"best"`` (PySR's rule): among the equations with loss <= 1.5 x the lowest, the highest *score*, where
-  score is the drop in log-loss per unit of complexity from the next simpler equation on the front.
+  score is the drop in log-loss per unit of complexity from the next simpler equation on the front;
+* ``"simplest"``: the simplest equation whose loss is within ``SIMPLEST_TOLERANCE`` (1%) of the lowest,
+  plus 1e-12 x the loss of the target's mean alone (so formulas exact up to rounding count as equal).
 
 Complexity is the number of tree nodes. With ``validation_fraction`` the front's losses (and the choice) are
 measured on held-out training rows. ``standardize=True`` evolves on z-scored features and folds the scaling
@@ -21,6 +23,7 @@ a single output with a sigmoid for two classes.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 
@@ -54,10 +57,22 @@ from gprl.sr.datasets import check_features, check_targets
 from gprl.sr.export import probabilities
 from gprl.sr.objectives import ClassificationObjective, RegressionObjective
 
-MODEL_SELECTIONS = ("best", "accuracy")
+MODEL_SELECTIONS = ("best", "accuracy", "simplest")
+SIMPLEST_TOLERANCE = 0.01
 # a target whose largest magnitude is outside this range is standardised for the search: its squared errors
 # would overflow (or underflow) the kernels' float32 losses; inside it, the search sees y as given
 TARGET_RANGE = (1e-12, 1e12)
+AUTO_POPULATION_CPU, AUTO_POPULATION_PER_SM = 2000, 150
+AUTO_VALIDATION = (1000, 0.2)  # validation_fraction="auto": 20% of the rows from 1,000 rows on
+FINISH_SHARE = 0.02  # of time_limit, kept for tuning and choosing the model after the search
+
+
+def auto_population(device: torch.device) -> int:
+    """``population_size="auto"``: ``AUTO_POPULATION_CPU`` trees on the CPU, ``AUTO_POPULATION_PER_SM`` per
+    streaming multiprocessor on a GPU."""
+    if device.type != "cuda":
+        return AUTO_POPULATION_CPU
+    return AUTO_POPULATION_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def resolve_device(device) -> torch.device:
@@ -78,8 +93,9 @@ def pareto_scores(complexity: np.ndarray, loss: np.ndarray) -> np.ndarray:
     return score
 
 
-def select_model(complexity: np.ndarray, loss: np.ndarray, rule: str) -> int:
-    """Index of the chosen equation on a front sorted by complexity (see the module docstring)."""
+def select_model(complexity: np.ndarray, loss: np.ndarray, rule: str, flat_loss: float = 0.0) -> int:
+    """Index of the chosen equation on a front sorted by complexity (see the module docstring);
+    ``flat_loss``: the loss of the target's mean alone (``"simplest"``'s rounding floor)."""
     loss = np.asarray(loss, dtype=np.float64)
     finite = np.isfinite(loss)
     if not finite.any():
@@ -87,9 +103,23 @@ def select_model(complexity: np.ndarray, loss: np.ndarray, rule: str) -> int:
     best = float(np.min(loss[finite]))
     if rule == "accuracy":
         return int(np.flatnonzero(loss == best)[0])
+    if rule == "simplest":
+        return int(np.flatnonzero(finite & (loss <= best * (1 + SIMPLEST_TOLERANCE) + 1e-12 * flat_loss))[0])
     score = pareto_scores(complexity, loss)
     candidates = np.flatnonzero(finite & (loss <= 1.5 * best))
     return int(candidates[np.argmax(score[candidates])])
+
+
+def flat_loss(objective) -> float:
+    """The loss of the target's mean alone on ``objective``'s rows (0 for classification)."""
+    if not isinstance(objective, RegressionObjective):
+        return 0.0
+    y, w = objective.data.y.double(), objective.data.weight
+    mean = y.mean(0) if w is None else (w.double()[:, None] * y).sum(0) / w.double().sum()
+    e = y - mean
+    e = e.abs() if objective.metric == "mae" else e * e
+    m = e.mean(0) if w is None else (w.double()[:, None] * e).sum(0) / w.double().sum()
+    return float((m.sqrt() if objective.metric == "rmse" else m).mean())
 
 
 def weighted_mean_std(a: np.ndarray, weight: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -144,9 +174,12 @@ class _SymbolicBase(BaseEstimator):
         if self.model_selection not in MODEL_SELECTIONS:
             raise ValueError(f"model_selection must be one of {MODEL_SELECTIONS}, "
                              f"got {self.model_selection!r}")
-        if self.validation_fraction is not None and not (0 < float(self.validation_fraction) < 1):
-            raise ValueError("validation_fraction must be None or in (0, 1), "
-                             f"got {self.validation_fraction!r}")
+        v = self.validation_fraction
+        if v is not None and v != "auto" and not (0 < float(v) < 1):
+            raise ValueError(f"validation_fraction must be None, 'auto' or in (0, 1), got {v!r}")
+        v = self.population_size
+        if v != "auto" and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 2):
+            raise ValueError(f"population_size must be 'auto' or an integer >= 2, got {v!r}")
         if self.time_limit is not None and not float(self.time_limit) > 0:
             raise ValueError(f"time_limit must be None or seconds > 0, got {self.time_limit!r}")
         if self.target_loss is not None and not np.isfinite(float(self.target_loss)):
@@ -157,9 +190,10 @@ class _SymbolicBase(BaseEstimator):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
 
-    def _gp_config(self) -> GPConfig:
-        """The search settings among the estimator's parameters."""
-        return GPConfig(population_size=self.population_size, max_len=self.max_len,
+    def _gp_config(self, device: torch.device) -> GPConfig:
+        """The search settings among the estimator's parameters (``"auto"`` sizes for ``device``)."""
+        return GPConfig(population_size=auto_population(device) if self.population_size == "auto"
+                        else self.population_size, max_len=self.max_len,
                         functions=self.functions, init_depth=self.init_depth, max_depth=self.max_depth,
                         tournament_size=self.tournament_size,
                         elitism=self.elitism, parsimony=float(self.parsimony), rates=self.rates,
@@ -198,22 +232,27 @@ class _SymbolicBase(BaseEstimator):
         return as_float32((X - self._mean) / self._scale, "X", fix)
 
     # ---- the search ----
-    def _fit(self, X: np.ndarray, targets: np.ndarray, weight: np.ndarray | None, make_objective: Callable):
+    def _fit(self, X: np.ndarray, targets: np.ndarray, weight: np.ndarray | None, make_objective: Callable,
+             started: float):
         """Evolves on (X, targets); ``make_objective(X, targets, weight)`` builds an objective for a row
-        subset."""
+        subset. ``started``: ``time.perf_counter()`` when ``fit`` was called (``time_limit`` counts from
+        there)."""
         self._validate_params()
-        config = self._gp_config()  # checked before any work on the data
         device = resolve_device(self.device)
+        config = self._gp_config(device)  # checked before any work on the data
         seed = int(np.random.RandomState(self.random_state).randint(0, 2**31 - 1)) \
             if not isinstance(self.random_state, (int, np.integer)) else int(self.random_state)
         n = X.shape[0]
         rows = np.arange(n)
         val_rows = None
-        if self.validation_fraction is not None:
+        fraction = self.validation_fraction
+        if fraction == "auto":  # held-out rows choose the model where there are enough to spare
+            fraction = AUTO_VALIDATION[1] if n >= AUTO_VALIDATION[0] else None
+        if fraction is not None:
             perm = np.random.default_rng(seed).permutation(n)
-            n_val = round(float(self.validation_fraction) * n)
+            n_val = round(float(fraction) * n)
             if n_val < 1 or n - n_val < 1:
-                raise ValueError(f"validation_fraction={self.validation_fraction} leaves no rows for "
+                raise ValueError(f"validation_fraction={fraction} leaves no rows for "
                                  f"training or validation with {n} samples; use None or another fraction")
             val_rows, rows = np.sort(perm[:n_val]), np.sort(perm[n_val:])
         if self.standardize:
@@ -240,15 +279,17 @@ class _SymbolicBase(BaseEstimator):
         n_tune = int(self.optimize_constants)
         constants = ConstantFitting(train, n_tune, int(self.optimizer_iterations), int(self.optimize_every)) \
             if n_tune else None
+        # the search gets what the set-up left of time_limit, less a share for choosing the model after it
+        limit = None if self.time_limit is None else \
+            max(0.0, (1 - FINISH_SHARE) * float(self.time_limit) - (time.perf_counter() - started))
         search = Evolution(gps, lambda population, generation: (train(population), {}),
-                           generations=int(self.generations),
-                           time_limit=None if self.time_limit is None else float(self.time_limit),
+                           generations=int(self.generations), time_limit=limit,
                            constants=constants, finish="archive")
         watch = self.target_loss is not None or self.verbose or self.callback is not None
         result = search.run([gp.init() for gp in gps],
                             report=(lambda generation: self._report(generation, factor)) if watch else None)
         self.n_generations_ = result.generation
-        self.fit_seconds_ = search.elapsed()
+        self.search_seconds_ = search.elapsed()
         val = None if val_rows is None else make_objective(Xs[val_rows], targets[val_rows],
                                                            sub(weight, val_rows), device)
         fronts, coefs, complexity, used, trained, island, chosen = [], [], [], [], [], [], []
@@ -276,7 +317,8 @@ class _SymbolicBase(BaseEstimator):
             else:
                 loss_used = train_loss
             cx = lengths.cpu().numpy()
-            chosen.append(sum(len(f) for f in fronts) + select_model(cx, loss_used, self.model_selection))
+            chosen.append(sum(len(f) for f in fronts)
+                          + select_model(cx, loss_used, self.model_selection, flat_loss(val or train)))
             fronts.append(trees.to("cpu"))
             coefs.append(None if coef is None else tuple(c.cpu().numpy() for c in coef))
             complexity.append(cx)
@@ -290,10 +332,21 @@ class _SymbolicBase(BaseEstimator):
         # the best single formula of the model (the model itself when ensemble_size is 1)
         self.best_index_ = int(self.members_[np.argmin(used_all[self.members_])])
         self._tree = self._front[self.best_index_]
-        self.equations_ = self._table(complexity, used, trained if val_rows is not None else None, island,
-                                      self.members_, factor)
+        # the table (one sympy formula per front tree) is built when first read: outside the time limit
+        self._equations = None
+        self._table_args = (complexity, used, trained if val_rows is not None else None, island, factor)
         self.device_ = str(device)
+        self.fit_seconds_ = time.perf_counter() - started
         return self
+
+    @property
+    def equations_(self):
+        """The fronts (one per island, shortest first): complexity, loss (train_loss with validation rows),
+        score, equation, sympy_format (and island, member for ensembles)."""
+        check_is_fitted(self, "_tree")
+        if self._equations is None:
+            self._equations = self._table(*self._table_args[:4], self.members_, self._table_args[4])
+        return self._equations
 
     def _report(self, generation: Generation, factor: float) -> str:
         """Progress of a watched generation (``factor``: the search's losses to y's units); "target_loss"
@@ -393,14 +446,17 @@ class _SymbolicBase(BaseEstimator):
 
 
 _DOC_PARAMS = """
-    population_size, generations: the search budget (trees per generation, generations).
+    population_size, generations: the search budget (trees per generation, generations); "auto": 2,000
+    trees on the CPU, 150 per streaming multiprocessor on a GPU (19,800 on an H100).
     functions: the function set (``gprl.functions`` names). const_prob, const_range: constant leaves.
     max_len, max_depth, init_depth: tree size bounds. tournament_size, elitism, rates: the GP's selection,
     elites and operator mix (``gprl.GeneticProgramming``). parsimony: ``parsimony * length`` added to the
-    loss seen by selection. metric: the loss. model_selection: "best" or "accuracy". target_loss: stop early
-    once the best training loss is <= this. time_limit: stop after this many seconds. validation_fraction:
-    rows held out to measure the front and choose the model. standardize: z-score the features (folded into
-    the formulas). random_state: int for reproducible runs. device: "auto", "cpu", "cuda", ...
+    loss seen by selection. metric: the loss. model_selection: "simplest", "best" or "accuracy" (module
+    docstring). target_loss: stop early once the best training loss is <= this. time_limit: seconds from
+    the call of fit to its return (set-up, kernel warm-up and the model's choice included).
+    validation_fraction: rows held out to measure the front and choose the model ("auto": 20% from 1,000
+    rows on, else none). standardize: z-score the features (folded into the formulas). random_state: int
+    for reproducible runs. device: "auto", "cpu", "cuda", ...
     callback: called each generation with {"generation", "best_loss", "seconds"}. verbose: print progress.
     optimize_constants: every ``optimize_every`` generations the constants of this many of the best
     distinct trees are fitted by ``optimizer_iterations`` Levenberg-Marquardt steps on the training loss
@@ -427,13 +483,13 @@ class SymbolicRegressor(RegressorMixin, _SymbolicBase):
     y's units (``parsimony`` then weighs against the standardised loss).
 """)
 
-    def __init__(self, *, population_size: int = 2000, generations: int = 100,
+    def __init__(self, *, population_size: int | str = "auto", generations: int = 100,
                  functions: Sequence[str] = ("add", "sub", "mul", "div"), const_prob: float = 0.2,
                  const_range: tuple[float, float] = (-1.0, 1.0), max_len: int = 64, max_depth: int = 17,
                  init_depth: tuple[int, int] = (2, 6), tournament_size: int = 7, elitism: int = 1,
                  rates: dict[str, float] | None = None, parsimony: float = 0.0, metric: str = "mse",
-                 model_selection: str = "best", target_loss: float | None = None,
-                 time_limit: float | None = None, validation_fraction: float | None = None,
+                 model_selection: str = "simplest", target_loss: float | None = None,
+                 time_limit: float | None = None, validation_fraction: float | str | None = "auto",
                  standardize: bool = False, linear_scaling: bool | str = "auto",
                  optimize_constants: int = 0, optimize_every: int = 1, optimizer_iterations: int = 8,
                  random_state=None, device: str = "auto", callback: Callable | None = None, verbose: int = 0):
@@ -452,6 +508,7 @@ class SymbolicRegressor(RegressorMixin, _SymbolicBase):
         self.callback, self.verbose = callback, verbose
 
     def fit(self, X, y, sample_weight=None) -> SymbolicRegressor:
+        started = time.perf_counter()
         X = self._check_X(X, fitting=True)
         y = check_targets(y, X.shape[0], "regression")
         self._multi_target = y.ndim == 2
@@ -459,7 +516,7 @@ class SymbolicRegressor(RegressorMixin, _SymbolicBase):
         w = self._check_weight(sample_weight, X.shape[0])
         scaling = self._linear_scaling()
         return self._fit(X, y, w, lambda X, y, w, dev: RegressionObjective(
-            X, y, w, metric=self.metric, device=dev, scaling=scaling))
+            X, y, w, metric=self.metric, device=dev, scaling=scaling), started)
 
     def _linear_scaling(self) -> bool:
         v = self.linear_scaling
@@ -530,6 +587,7 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicBase):
         self.callback, self.verbose = callback, verbose
 
     def fit(self, X, y, sample_weight=None) -> SymbolicClassifier:
+        started = time.perf_counter()
         X = self._check_X(X, fitting=True)
         y = check_targets(y, X.shape[0], "classification")
         from sklearn.utils.multiclass import type_of_target
@@ -544,7 +602,7 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicBase):
         w = self._check_weight(sample_weight, X.shape[0])
         K = len(self.classes_)
         return self._fit(X, codes.ravel(), w, lambda X, y, w, dev: ClassificationObjective(
-            X, y, K, w, metric=self.metric, device=dev, scaling=bool(self.linear_scaling)))
+            X, y, K, w, metric=self.metric, device=dev, scaling=bool(self.linear_scaling)), started)
 
     def decision_function(self, X) -> np.ndarray:
         """The model's logits (tree outputs, linearly scaled with ``linear_scaling``): ``[D]`` logits of
