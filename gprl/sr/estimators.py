@@ -62,7 +62,7 @@ SIMPLEST_TOLERANCE = 0.01
 # a target whose largest magnitude is outside this range is standardised for the search: its squared errors
 # would overflow (or underflow) the kernels' float32 losses; inside it, the search sees y as given
 TARGET_RANGE = (1e-12, 1e12)
-AUTO_POPULATION_CPU, AUTO_POPULATION_PER_SM = 2000, 150
+AUTO_POPULATION_CPU, AUTO_POPULATION_PER_SM = 2000, 400
 AUTO_VALIDATION = (1000, 0.2)  # validation_fraction="auto": 20% of the rows from 1,000 rows on
 FINISH_SHARE = 0.02  # of time_limit, kept for tuning and choosing the model after the search
 
@@ -447,7 +447,7 @@ class _SymbolicBase(BaseEstimator):
 
 _DOC_PARAMS = """
     population_size, generations: the search budget (trees per generation, generations); "auto": 2,000
-    trees on the CPU, 150 per streaming multiprocessor on a GPU (19,800 on an H100).
+    trees on the CPU, 400 per streaming multiprocessor on a GPU (52,800 on an H100).
     functions: the function set (``gprl.functions`` names). const_prob, const_range: constant leaves.
     max_len, max_depth, init_depth: tree size bounds. tournament_size, elitism, rates: the GP's selection,
     elites and operator mix (``gprl.GeneticProgramming``). parsimony: ``parsimony * length`` added to the
