@@ -44,6 +44,7 @@ import statistics
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +75,33 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def progress_log(quiet: bool) -> Callable[[str], None]:
+    """Prints progress lines on stderr, or nothing with --quiet."""
+    return (lambda msg: None) if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+
+
+def available(names: list[str], reason_not: Callable[[str], str | None], log: Callable[[str], None]
+              ) -> tuple[list[str], dict[str, str]]:
+    """The engines that can run, and for each one that cannot, the reason (logged)."""
+    engines, skipped = [], {}
+    for name in names:
+        reason = reason_not(name)
+        if reason:
+            skipped[name] = reason
+            log(f"{name}: skipped ({reason})")
+        else:
+            engines.append(name)
+    return engines, skipped
+
+
+def machine(threads: int, device: str) -> dict:
+    """The machine a benchmark ran on: CPU, cores, threads, GPU (for a CUDA device), platform, load."""
+    gpu = torch.cuda.get_device_name() if device.startswith("cuda") else None
+    return {"cpu": cpu_name(), "cores": os.cpu_count(), "threads": threads, "gpu": gpu,
+            "platform": platform.platform(), "python": platform.python_version(),
+            "load_average_at_start": [round(v, 2) for v in os.getloadavg()]}
 
 
 def engine_version(name: str) -> str | None:
@@ -863,25 +891,12 @@ def main(argv=None) -> dict:
         # torch ops (TensorGP's, gprl's variation step) far slower on a busy machine
         torch.set_num_threads(args.threads)
 
-    def log(msg: str) -> None:
-        if not args.quiet:
-            print(msg, file=sys.stderr, flush=True)
-
-    engines, skipped = [], {}
-    for name in args.engines:
-        reason = peer_available(name)
-        if reason:
-            skipped[name] = reason
-            log(f"{name}: skipped ({reason})")
-        else:
-            engines.append(name)
-    gpu = torch.cuda.get_device_name() if args.device.startswith("cuda") else None
+    log = progress_log(args.quiet)
+    engines, skipped = available(args.engines, peer_available, log)
     doc = {
         "benchmark": "compare",
         "created": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "threads": args.threads, "gpu": gpu,
-                    "platform": platform.platform(), "python": platform.python_version(),
-                    "load_average_at_start": [round(v, 2) for v in os.getloadavg()]},
+        "machine": machine(args.threads, args.device),
         "versions": {"torch": torch.__version__, "numpy": np.__version__,
                      **{n: engine_version(n) for n in ENGINES if n not in skipped}},
         "skipped_engines": skipped,

@@ -55,7 +55,6 @@ import json
 import math
 import multiprocessing
 import os
-import platform
 import statistics
 import sys
 import time
@@ -71,7 +70,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout's gprl
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_compare's machine helpers
 
-from bench_compare import cpu_name, engine_version
+from bench_compare import available, engine_version, machine, progress_log
 
 import gprl
 from gprl.core.seeds import mix_seed
@@ -577,26 +576,13 @@ def main(argv=None) -> dict:
     if a.threads != torch.get_num_threads():  # only when it changes (see bench_compare.py)
         torch.set_num_threads(a.threads)
 
-    def log(msg: str) -> None:
-        if not a.quiet:
-            print(msg, file=sys.stderr, flush=True)
-
+    log = progress_log(a.quiet)
     problems = select_problems(a.problems, a.every)
-    engines, skipped = [], {}
-    for name in a.engines:
-        reason = engine_problem(name)
-        if reason:
-            skipped[name] = reason
-            log(f"{name}: skipped ({reason})")
-        else:
-            engines.append(name)
-    gpu = torch.cuda.get_device_name() if a.device.startswith("cuda") else None
+    engines, skipped = available(a.engines, engine_problem, log)
     doc = {
         "benchmark": "srbench",
         "created": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "threads": a.threads, "gpu": gpu,
-                    "platform": platform.platform(), "python": platform.python_version(),
-                    "load_average_at_start": [round(v, 2) for v in os.getloadavg()]},
+        "machine": machine(a.threads, a.device),
         "versions": {"torch": torch.__version__, "numpy": np.__version__, "sympy": sympy.__version__,
                      **{n: engine_version(n) for n in engines}},
         "skipped_engines": skipped,
