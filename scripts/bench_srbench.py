@@ -142,9 +142,11 @@ def problem_data(name: str, rows: int, noise: float, seed: int) -> dict:
 
 
 # ---------------------------------------------------------------- sympy: rounding, size, equivalence
-def round_floats(expr: sympy.Expr, digits: int = 6, max_denominator: int = 10) -> sympy.Expr:
-    """Floats to ``digits`` significant digits; one within 1e-6 (relative) of p/q, q <= ``max_denominator``,
-    becomes that fraction."""
+def round_floats(expr: sympy.Expr, decimals: int = 3, zero: float = 1e-4, max_denominator: int = 10
+                 ) -> sympy.Expr:
+    """SRBench's rounding: floats below ``zero`` in magnitude become 0, the others are rounded to
+    ``decimals`` decimal places; before that, one within 1e-6 (relative) of p/q, q <= ``max_denominator``,
+    becomes that fraction (so ``x**2.0`` reads ``x**2``)."""
     reps = {}
     for a in expr.atoms(sympy.Float):
         v = float(a)
@@ -154,7 +156,7 @@ def round_floats(expr: sympy.Expr, digits: int = 6, max_denominator: int = 10) -
         if abs(float(frac) - v) <= 1e-6 * max(1.0, abs(v)):
             reps[a] = sympy.Rational(frac.numerator, frac.denominator)
         else:
-            reps[a] = sympy.Float(float(f"{v:.{digits}g}"))
+            reps[a] = sympy.Integer(0) if abs(v) < zero else sympy.Float(round(v, decimals))
     return expr.xreplace(reps)
 
 
@@ -434,6 +436,21 @@ def write(doc: dict, path: str | None) -> None:
     os.replace(tmp, p)
 
 
+def reassess(doc: dict, timeout: float) -> None:
+    """Assesses every entry's stored model again (``assess``; e.g. after a change of the rounding), without
+    fitting anything."""
+    for r in doc["results"]:
+        if r.get("model") is None or r["problem"] not in problem_names():
+            continue
+        symbols = variable_symbols(r["problem"])
+        _, _, names, formula = datasets.sample(r["problem"], 1, seed=0)
+        truth = sympy.sympify(formula, locals=dict(zip(names, symbols)))
+        model = sympy.sympify(r["model"], locals={s.name: s for s in symbols})
+        for k in ("model_simplified", "sympy"):
+            r.pop(k, None)
+        r.update(assess(model, truth, r.get("r2_test"), timeout))
+
+
 def merge(doc: dict, files: list[str]) -> None:
     """Adds other runs' entries (e.g. gprl on a GPU beside CPU peers) not already present, marked with their
     source."""
@@ -493,11 +510,16 @@ def plot(doc: dict, path: str) -> None:
             ax.set_ylim(0, 1.05)
         ax.grid(True, axis="y", alpha=0.3)
     axes[0].legend(fontsize=7)
-    m = doc["machine"]
     budgets = ", ".join(f"{t:g}" for t in sorted({t for _, t in levels}))
-    fig.suptitle(f"SRBench ground-truth protocol, {budgets} s per problem; CPU: {m['cpu']}, {m['threads']} "
-                 f"threads" + (f"; GPU: {m['gpu']}" if m.get("gpu") else "")
-                 + "".join(f"; merged: {s['file']}" for s in doc.get("merged_from", [])), fontsize=8)
+    # the machines the entries ran on: this run's (where it fitted anything) and the merged files'
+    ran = [doc["machine"]] if any("source" not in r for r in doc["results"]) else []
+    names = []
+    for m in ran + [s["machine"] for s in doc.get("merged_from", []) if s.get("machine")]:
+        name = f"{m['gpu']} + {m['cpu']} ({m['threads']} threads)" if m.get("gpu") else \
+            f"{m['cpu']} ({m['threads']} threads)"
+        if name not in names:
+            names.append(name)
+    fig.suptitle(f"SRBench ground-truth protocol, {budgets} s per problem; " + "; ".join(names), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -553,6 +575,8 @@ def main(argv=None) -> dict:
                     help="the function set of every engine")
     ap.add_argument("--rows", type=int, default=10_000, help="rows per problem (75%% train, 25%% test)")
     ap.add_argument("--seed", type=int, default=0, help="mixed with each problem's name into its seed")
+    ap.add_argument("--reassess", action="store_true",
+                    help="assess the stored models of every entry again (no fitting), e.g. with --merge")
     ap.add_argument("--gprl-params", type=json.loads, default={}, metavar="JSON",
                     help='SymbolicRegressor settings over the defaults, e.g. \'{"population_size": 20000}\'')
     ap.add_argument("--gprl-tag", default="", help="gprl's rows are engine 'gprl:TAG' (settings compared)")
@@ -635,6 +659,8 @@ def main(argv=None) -> dict:
                      f"{'exact' if row['symbolic_solution'] else 'not exact'}, "
                      f"length {row['model_length']}, {row['fit_seconds']:.1f} s: {row['model']}"))
     merge(doc, a.merge)
+    if a.reassess:
+        reassess(doc, a.sympy_timeout)
     doc["summary"] = summarize(doc["results"])
     write(doc, a.out)
     print(json.dumps({"summary": doc["summary"], "out": a.out} if a.out else doc, indent=1))

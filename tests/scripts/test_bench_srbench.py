@@ -33,7 +33,7 @@ def test_symbolic_solution_on_hand_written_models(bench):
         3 * sympy.sqrt(x0 * x1 / x2),  # a constant factor
         sympy.sqrt(x0 * x1 / x2) + sympy.Float(2.5),  # a constant offset
     ]
-    wrong = [sympy.sqrt(x0 * x1) / x2, sympy.sqrt(x0 * x1 / x2) + sympy.Float(1e-4) * x0,
+    wrong = [sympy.sqrt(x0 * x1) / x2, sympy.sqrt(x0 * x1 / x2) + sympy.Float(0.01) * x0,
              sympy.Integer(0), sympy.Float(1.3) * x0 * x1 / x2, x0 + x1 - x2]
     for m in exact:
         assert bench.symbolic_solution(m, truth), m
