@@ -49,11 +49,11 @@ def feynman(args) -> dict:
 
 def classification(name: str, args) -> dict:
     runs = []
-    options = {"ensemble_size": args.cls_ensemble, **json.loads(args.cls_options)}
+    options = {"population_size": args.cls_population, "generations": args.cls_generations,
+               "ensemble_size": args.cls_ensemble, **json.loads(args.cls_options)}  # --cls-options wins
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         data = gprl.datasets.load(name, seed=seed)
-        model = gprl.SymbolicClassifier(population_size=args.cls_population, generations=args.cls_generations,
-                                        random_state=seed, device=args.device, **options)
+        model = gprl.SymbolicClassifier(random_state=seed, device=args.device, **options)
         start = time.perf_counter()
         model.fit(data.X_train, data.y_train)
         seconds = time.perf_counter() - start
@@ -63,8 +63,8 @@ def classification(name: str, args) -> dict:
                      # nodes of the model: the sum over the ensemble's members
                      "complexity": int(model.equations_.complexity.iloc[model.members_].sum())})
     accs = [r["test_accuracy"] for r in runs]
-    return {"dataset": name, "population_size": args.cls_population, "generations": args.cls_generations,
-            "options": options,
+    return {"dataset": name, "population_size": options["population_size"],
+            "generations": options["generations"], "options": options,
             "mean_test_accuracy": float(np.mean(accs)), "min_test_accuracy": float(np.min(accs)),
             "target_accuracy": 0.97, "passes_mean": bool(np.mean(accs) >= 0.97), "runs": runs}
 
