@@ -92,16 +92,10 @@ class Population:
         (default: Koza's share of terminals among all primitives). With ``n_out > 1`` each function node
         becomes a Modi node with probability ``output_prob``, writing to a uniformly drawn output.
 
-        ``every_output=True`` (``n_out > 1``) writes every output from the start: ``n_out`` Modi nodes
-        ``F_k`` of one binary function (``add`` where the function set has it, else its first binary
-        function), ``F_k`` writing output k, form a balanced binary tree over ``n_out + 1`` random subtrees
-        ``S = (A_0, ..., A_{n-1}, B)`` (as above, without Modi nodes, sharing the length budget) whose
-        in-order sequence is ``A_0, F_0, A_1, F_1, ..., F_{n-1}, B``. Output k is ``F_k(A_k, S_r)``, with
-        ``S_r`` the last subtree under ``F_k``'s right child (``B`` or a later ``A_j``; :func:`output_routing`
-        gives r): for 3 outputs ``A_0 + A_1``, ``A_1 + B``, ``A_2 + B``; for 1 or 2 outputs the chain
-        ``F_0(A_0, F_1(A_1, B))``. The Modi nodes take ``d = ceil(log2(n_out + 1))`` levels: the subtrees
-        are drawn over depths ``max(min_depth - d, 0) .. max_depth - d``, so every tree is at most
-        ``max_depth`` deep (``max_depth >= d`` is required).
+        ``every_output=True`` (``n_out > 1``) writes every output from the start: each tree is the chain
+        ``F_0(A_0, F_1(A_1, ... F_{n-1}(A_{n-1}, B)))`` of Modi nodes ``F_k`` (``add`` where the function
+        set has it, else its first binary function) writing output k, so output k is ``F_k(A_k, B)``, with
+        random subtrees ``A_k`` and ``B`` (as above, without Modi nodes) that share the length budget.
         """
         _check_int("pop_size", pop_size, 0)
         _check_dims(n_in, n_out, max_len)
@@ -132,15 +126,11 @@ class Population:
             if sub_len < 1:
                 raise ValueError(f"every_output=True with {n_out} outputs needs max_len >= {2 * n_out + 1}, "
                                  f"got {max_len}")
-            routing = output_routing(n_out)[2]
-            if max_depth < routing:
-                raise ValueError(f"every_output=True with {n_out} outputs routes through {routing} levels of "
-                                 f"Modi nodes: max_depth must be >= {routing}, got {max_depth}")
             link = F.BY_NAME["add"].id if weights[F.BY_NAME["add"].id] > 0 else binary[0]
             parts = _kernels().generate(w, (n_out + 1) * pop_size, sub_len, n_in, 1, METHODS[method],
-                                        max(min_depth - routing, 0), max_depth - routing, float(leaf_prob),
-                                        float(const_prob), lo, hi, 0.0, seed_from(seed))
-            return cls(*_output_tree(parts, pop_size, n_out, max_len, link), n_in=n_in, n_out=n_out)
+                                        min_depth, max_depth, float(leaf_prob), float(const_prob), lo, hi,
+                                        0.0, seed_from(seed))
+            return cls(*_output_chain(parts, pop_size, n_out, max_len, link), n_in=n_in, n_out=n_out)
         tensors = _kernels().generate(w, pop_size, max_len, n_in, n_out, METHODS[method], min_depth,
                                       max_depth, float(leaf_prob), float(const_prob), lo, hi,
                                       float(output_prob), seed_from(seed))
@@ -440,57 +430,21 @@ class Population:
 
 
 # ---- helpers ----
-def output_routing(n_out: int) -> tuple[list[tuple[int, int, int]], list[int], int]:
-    """The Modi routing of ``every_output`` trees with ``n_out`` outputs, as laid out in prefix order.
-
-    The pieces are the ``n_out`` Modi nodes ``F_0 .. F_{n-1}`` and the ``n_out + 1`` subtrees
-    ``S_0 .. S_n`` (``S_k = A_k`` for k < n, ``S_n = B``), arranged as a balanced binary tree whose in-order
-    sequence is ``S_0, F_0, S_1, F_1, ..., F_{n-1}, S_n``: a range of subtrees ``S_lo .. S_hi`` is ``S_lo``
-    alone or ``F_m(range lo .. m, range m+1 .. hi)`` with ``m = lo + (hi - lo + 1) // 2 - 1`` (the left half
-    holds the floor half). Returns ``(pieces, partner, depth)``: ``pieces`` in prefix order, each
-    ``(k, j, last)`` with ``k`` the output of a Modi node (else -1), ``j`` the subtree index of a subtree
-    (else -1) and ``last`` the index in ``pieces`` of the last piece of its subtree; ``partner[k]`` the
-    ``r`` of ``output k = A_k + S_r`` (the last subtree under ``F_k``'s right child); ``depth`` the number of
-    Modi levels above the deepest subtree, ``ceil(log2(n_out + 1))``.
-    """
-    _check_int("n_out", n_out, 1)
-    pieces: list[tuple[int, int, int]] = []
-    partner = [0] * n_out
-    depth = 0
-    todo = [(0, n_out, 0)]  # (lo, hi, level) of ranges still to lay out; a stack, so prefix order
-    while todo:
-        lo, hi, level = todo.pop()
-        depth = max(depth, level)
-        i = len(pieces)
-        if lo == hi:
-            pieces.append((-1, lo, i))
-            continue
-        m = lo + (hi - lo + 1) // 2 - 1
-        partner[m] = hi
-        pieces.append((m, -1, i + 2 * (hi - lo)))  # a range of h subtrees is 2 h - 1 pieces
-        todo += [(m + 1, hi, level + 1), (lo, m, level + 1)]
-    return pieces, partner, depth
-
-
-def _output_tree(parts: Sequence[torch.Tensor], pop_size: int, n_out: int, max_len: int,
-                 link: int) -> tuple[torch.Tensor, ...]:
-    """Every-output trees (:func:`output_routing`) from ``(n_out + 1) * pop_size`` subtrees (``S_j`` of tree
-    p is row ``j * pop_size + p``); ``F_k``: Modi node of function ``link`` writing output k. Built by one
-    scatter per tensor, no loop over trees."""
+def _output_chain(parts: Sequence[torch.Tensor], pop_size: int, n_out: int, max_len: int,
+                  link: int) -> tuple[torch.Tensor, ...]:
+    """Trees ``F_0(A_0, F_1(A_1, ... F_{n-1}(A_{n-1}, B)))`` from ``(n_out + 1) * pop_size`` subtrees
+    (``A_k`` of tree p is row ``k * pop_size + p``, ``B`` the last block); ``F_k``: Modi node of function
+    ``link`` writing output k. Built by one scatter per tensor, no loop over trees."""
     P, S, dev = pop_size, parts[0].shape[1], parts[0].device
-    pieces, _, _ = output_routing(n_out)
-    # pieces in prefix order: the subtrees come in order S_0 .. S_n, the Modi nodes in some order of k
-    leaf_rows = torch.tensor([i for i, (_, j, _) in enumerate(pieces) if j >= 0], device=dev)
-    node_rows = torch.tensor([i for i, (k, _, _) in enumerate(pieces) if k >= 0], device=dev)
-    node_k = torch.tensor([k for k, _, _ in pieces if k >= 0], device=dev)
-    node_last = torch.tensor([e for k, _, e in pieces if k >= 0], device=dev)
     length = parts[4][:, 0].long().view(n_out + 1, P)  # subtree lengths
-    widths = torch.ones(2 * n_out + 1, P, dtype=torch.long, device=dev)
-    widths[leaf_rows] = length
-    start = torch.cumsum(widths, 0) - widths  # [2 n_out + 1, P]: where each piece begins
-    end = start + widths
+    # piece j of tree p: F_0, A_0, F_1, A_1, ..., F_{n-1}, A_{n-1}, B, laid out one after the other
+    piece_len = torch.stack([torch.ones_like(length[0])] * n_out + [length[n_out]])  # F_k and B
+    widths = torch.cat([torch.stack([piece_len[:n_out], length[:n_out]], 1).flatten(0, 1), length[n_out:]])
+    start = torch.cumsum(widths, 0) - widths  # [2 n_out + 1, P]
+    total = widths.sum(0)
     pos = torch.arange(S, device=dev)
-    target = start[leaf_rows][:, :, None] + pos  # [n_out + 1, P, S]: where S_j's nodes go
+    sub_start = torch.cat([start[1:2 * n_out:2], start[2 * n_out:]])  # where A_0..A_{n-1}, B begin
+    target = sub_start[:, :, None] + pos  # [n_out + 1, P, S]
     keep = pos < length[:, :, None]
     row = torch.arange(P, device=dev)[None, :, None].expand_as(target)
     flat = (row * max_len + target)[keep]
@@ -500,13 +454,12 @@ def _output_tree(parts: Sequence[torch.Tensor], pop_size: int, n_out: int, max_l
         o[flat] = t.view(n_out + 1, P, S)[keep]
         out.append(o.view(P, max_len))
     kind, code, outs, value, size = out
-    f_start = start[node_rows].T  # [P, n_out]: where the Modi nodes sit
-    f_size = (end[node_last] - start[node_rows]).T
-    ks = node_k.expand(P, -1)
+    f_start = start[0:2 * n_out:2].T  # [P, n_out]: where F_k sits
+    ks = torch.arange(n_out, device=dev).expand(P, -1)
     kind.scatter_(1, f_start, torch.full_like(f_start, FUNC | OUTPUT_FLAG, dtype=kind.dtype))
     code.scatter_(1, f_start, torch.full_like(f_start, link, dtype=code.dtype))
     outs.scatter_(1, f_start, ks.to(outs.dtype))
-    size.scatter_(1, f_start, f_size.to(size.dtype))
+    size.scatter_(1, f_start, (total[:, None] - f_start).to(size.dtype))
     return kind, code, outs, value, size
 
 

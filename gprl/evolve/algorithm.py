@@ -19,8 +19,7 @@ import torch
 
 from gprl.backend.ops import ops
 from gprl.core.devices import canonical_device
-from gprl.core.encoding import MAX_DEPTH_LIMIT
-from gprl.core.population import Population, output_routing
+from gprl.core.population import Population
 from gprl.core.seeds import mix_seed, seed_from
 from gprl.evolve import selection as S
 from gprl.evolve.config import DEFAULT_RATES, GPConfig  # noqa: F401 - DEFAULT_RATES: public here too
@@ -122,20 +121,11 @@ class GeneticProgramming:
             float(p.output_prob), p.grow_leaf_prob(n_in))
 
     def init(self) -> Population:
-        """A random initial population (``init_method`` over depths ``init_depth``). Every-output trees
-        (``init_every_output``, ``n_out > 1``) draw their subtrees over ``init_depth`` below the Modi
-        routing's ``d`` levels, the whole tree bounded by ``max_depth``: depths ``init_depth + d`` capped
-        at ``max_depth``."""
+        """A random initial population (``init_method`` over depths ``init_depth``)."""
         lo, hi = self.params.const_range
-        min_depth, max_depth = self.init_depth
-        if self.config.init_every_output and self.n_out > 1:
-            d = output_routing(self.n_out)[2]
-            cap = self.params.max_depth or MAX_DEPTH_LIMIT
-            max_depth = min(max_depth + d, cap)
-            min_depth = min(min_depth + d, max_depth)
         return Population.random(self.pop_size, self.n_in, self.n_out, max_len=self.max_len,
                                  functions=self.functions, method=self.init_method,
-                                 min_depth=min_depth, max_depth=max_depth,
+                                 min_depth=self.init_depth[0], max_depth=self.init_depth[1],
                                  const_prob=self.params.const_prob,
                                  const_range=(lo, hi), output_prob=self.params.output_prob,
                                  every_output=self.config.init_every_output,

@@ -43,8 +43,7 @@ class GPConfig:
     init_method: str = field(default="ramped", metadata=_schema(str))
     """Initial trees: ``grow``, ``full`` or ``ramped`` (half and half)."""
     init_depth: tuple[int, int] = field(default=(2, 6), metadata=_schema(list[int]))
-    """(min, max) depth of the initial trees; of every-output trees, the depth of their subtrees below the
-    Modi nodes (the whole tree at most ``max_depth``)."""
+    """(min, max) depth of the initial trees."""
     init_every_output: bool = field(default=False, metadata=_schema(Optional[bool]))  # noqa: UP045
     """Multi-output trees: every initial tree writes every output (``Population.random(every_output=)``)."""
     max_depth: int = field(default=17, metadata=_schema(int))

@@ -1,6 +1,5 @@
 """Population API: construction, structure, indexing, persistence, op registration and bad input."""
 
-import math
 import os
 
 import numpy as np
@@ -9,10 +8,7 @@ import torch
 
 from gprl import Population
 from gprl.core.functions import BY_NAME
-from gprl.core.population import output_routing
 from tests.backend.helpers import opcheck_all
-from tests.reference import evaluator as ref_eval
-from tests.reference import variation as ref_var
 
 
 def test_opcheck_cpu():
@@ -53,89 +49,24 @@ def test_generate_respects_limits_and_choices(method):
         assert set(depths.unique().tolist()) >= {2, 3, 4, 5, 6}
 
 
-def _every_output_routing(nodes, sizes):
-    """Reads an every-output tree from its prefix structure alone: Modi nodes from the root down, each
-    binary, over Modi-free subtrees. Returns (subtrees as (start, end, level) in order, Modi nodes as
-    (output, function id, its left neighbour subtree, the last subtree under its right child))."""
-    subtrees, modi = [], []
-
-    def walk(i, level):  # the index of the last subtree under node i
-        kind, code, out, _ = nodes[i]
-        if not kind & 4:
-            assert not any(n[0] & 4 for n in nodes[i:i + sizes[i]])  # no Modi node inside a subtree
-            subtrees.append((i, i + sizes[i], level))
-            return len(subtrees) - 1
-        left = i + 1
-        right = left + sizes[left]
-        assert right + sizes[right] == i + sizes[i]  # two children
-        before = walk(left, level + 1)
-        last = walk(right, level + 1)
-        modi.append((out, code, before, last))
-        return last
-
-    walk(0, 0)
-    return subtrees, modi
-
-
-@pytest.mark.parametrize("n_out,functions", [(1, ["add", "mul", "sin", "max", "tanh"]),
-                                             (2, ["add", "mul", "sin", "max", "tanh"]),
-                                             (3, ["sub", "sin", "mul"]),
-                                             (6, ["add", "mul", "sin", "max", "tanh"]),
-                                             (8, ["mul", "div", "tanh"]),
-                                             (17, ["add", "mul", "sin", "max", "tanh"])])
-def test_every_output_trees_are_a_balanced_modi_tree_over_their_subtrees(n_out, functions):
-    P, max_len, max_depth = 40, 128, 8
-    pop = Population.random(P, 4, n_out, max_len=max_len, functions=functions, max_depth=max_depth,
-                            every_output=True, seed=n_out)
-    assert (pop.validate() == 0).all()
-    if n_out == 1:  # one output: the plain trees
-        plain = Population.random(P, 4, 1, max_len=max_len, functions=functions, max_depth=max_depth, seed=1)
-        assert pop.equal(plain)
-        return
-    link = BY_NAME["add"].id if "add" in functions else BY_NAME[functions[0]].id
-    levels = math.ceil(math.log2(n_out + 1))
-    X = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
-    depths = []
-    for (nodes, sizes), got, whole in zip(ref_var.rows(pop), pop.forward(torch.from_numpy(X)).numpy(),
-                                          ref_eval.eval_population(pop, X)):
-        assert ref_var.sizes_of(nodes) == sizes  # prefix order and sizes, recomputed
-        depths.append(ref_var.depth(sizes))
-        subtrees, modi = _every_output_routing(nodes, sizes)
-        assert len(subtrees) == n_out + 1 and max(lv for *_, lv in subtrees) == levels
-        assert sorted(m[0] for m in modi) == list(range(n_out))  # every output written once
-        alone = [ref_eval.eval_tree(*ref_var.as_arrays(nodes[s:e], e - s), X, 1)[:, 0]
-                 for s, e, _ in subtrees]
-        for k, code, before, last in modi:
-            assert (code, before, last) == (link, k, output_routing(n_out)[1][k])  # A_k, then S_partner
-            expected = ref_eval.FUNCS32[link][1](alone[k], alone[last])
-            np.testing.assert_allclose(whole[:, k], expected, rtol=1e-6, atol=1e-6)
-            np.testing.assert_allclose(got[:, k], expected, rtol=1e-5, atol=1e-5)
-    assert max(depths) <= max_depth and depths == pop.depths().tolist()
-    if n_out <= 8:
-        assert max(depths) == max_depth  # the subtrees get all the depth the Modi levels leave
-
-
-def test_every_output_formulas_and_subtrees():
-    # output k is A_k + S_r: S = (A_0, .., A_{n-1}, B) in order; r by hand from the balanced layout
-    assert output_routing(3)[1:] == ([1, 3, 3], 2)
-    assert output_routing(6)[1:] == ([2, 2, 6, 4, 6, 6], 3)
-    assert output_routing(2)[1:] == ([2, 2], 2) and output_routing(1)[1:] == ([1], 1)  # the chain
-    kw = {"functions": ["add", "mul", "sin", "max"], "seed": 5}
-    pop = Population.random(300, 4, 3, max_len=40, max_depth=4, every_output=True, **kw)
+def test_every_output_trees_write_each_output_from_their_own_subtree():
+    kw = {"functions": ["add", "mul", "sin", "max"], "max_depth": 4, "seed": 5}
+    pop = Population.random(300, 4, 3, max_len=40, every_output=True, **kw)
     assert (pop.validate() == 0).all() and int(pop.lengths().max()) <= 40
-    assert (((pop.kind & 4) != 0).sum(1) == 3).all()  # the three routing nodes, no other Modi node
-    # the same subtrees generated on their own: (40 - 3) // 4 nodes, depths 0..4 - 2 below 2 Modi levels
-    parts = Population.random(4 * 300, 4, 1, max_len=9, min_depth=0, max_depth=2, output_prob=0.0, **kw)
+    modi = (pop.kind & 4) != 0
+    assert (modi.sum(1) == 3).all()  # the chain's three links, no other Modi node
+    # output k is A_k + B: the same subtrees generated on their own, (40 - 3) // 4 nodes at most
+    parts = Population.random(4 * 300, 4, 1, max_len=9, output_prob=0.0, **kw)
     X = torch.randn(30, 4)
     A = parts.forward(X)[..., 0].view(4, 300, 30)
-    torch.testing.assert_close(pop.forward(X), torch.stack([A[0] + A[1], A[1] + A[3], A[2] + A[3]], -1))
-    assert pop.to_sympy(0)[0] == parts.to_sympy(0)[0] + parts.to_sympy(300)[0]
+    torch.testing.assert_close(pop.forward(X), (A[:3] + A[3:]).permute(1, 2, 0))
+    assert pop.to_sympy(0)[1] == parts.to_sympy(300)[0] + parts.to_sympy(900)[0]
+    single = Population.random(50, 4, 1, max_len=40, every_output=True, **kw)
+    assert single.equal(Population.random(50, 4, 1, max_len=40, **kw))  # one output: the plain trees
     with pytest.raises(ValueError, match="max_len"):
         Population.random(10, 4, 6, max_len=12, every_output=True, **kw)
     with pytest.raises(ValueError, match="binary function"):
         Population.random(10, 4, 3, every_output=True, functions=["sin"])
-    with pytest.raises(ValueError, match="max_depth must be >= 3"):
-        Population.random(10, 4, 6, max_depth=2, every_output=True, **kw)
 
 
 def test_single_output_trees_have_no_modi_nodes():

@@ -166,16 +166,3 @@ def test_archive_update_equals_the_unfused_reference(device):
         for got, expected in zip(dev.trees.tensors(), trees):
             assert torch.equal(got.cpu(), expected)
         archive.loss, archive.trees = want, gprl.Population(*trees, n_in=2, n_out=1)
-
-
-@pytest.mark.parametrize("n_out,max_len,deepest", [(6, 64, 7), (17, 200, 8)])
-def test_every_output_init_draws_init_depth_below_the_modi_levels_within_max_depth(n_out, max_len, deepest):
-    # 6 outputs: 3 Modi levels over subtrees of depth 1..4; 17: 5 levels, the subtrees capped at 8 - 5
-    gp = GeneticProgramming(5, n_out, pop_size=400, max_len=max_len, init_depth=(1, 4), max_depth=8,
-                            init_every_output=True, functions=["add", "mul", "tanh", "max"], seed=2)
-    pop = gp.init()
-    depths = pop.depths()
-    assert int(depths.max()) == deepest and int(depths.min()) == {6: 4, 17: 6}[n_out]
-    assert (((pop.kind & 4) != 0).sum(1) == n_out).all()
-    with pytest.raises(ValueError, match="max_depth must be >= 5"):
-        GeneticProgramming(5, 17, pop_size=10, max_len=200, max_depth=4, init_every_output=True).init()
