@@ -10,7 +10,7 @@ as a subprocess and measures:
 
 * ``wall_s``: the process's wall-clock from its start to its exit (imports, JAX compilation, evolution,
   validation of the hall of fame and export included); ``--budget`` bounds the evolution only (the trainer
-  stops after the generation that reaches it).
+  stops where one more generation, as long as the last, would end past it).
 * ``curve``: per generation, the best training return so far against the process's wall-clock (when the
   generation's line of ``metrics.jsonl`` appeared, polled every 0.1 s) and the trainer's own clock
   (``elapsed_s``). Training returns are over that generation's episode length (the per-backend schedules

@@ -46,7 +46,8 @@ def test_one_mujoco_task_end_to_end(tmp_path, capsys):
     run = Path(rec["run_dir"])
     assert rec["returncode"] == 0 and "error" not in rec and "eval_error" not in rec, rec.get("error")
     assert (rec["task"], rec["seed"], rec["budget_s"], rec["population_size"]) == ("hopper", 0, 2.0, 12)
-    assert rec["stopped_by"] == "time_limit" and rec["evolution_s"] >= 2.0
+    # the trainer stops where one more generation, as long as the last, would end past the budget
+    assert rec["stopped_by"] == "time_limit" and 1.0 <= rec["evolution_s"] <= 3.0
     # the process's clock covers the trainer's: imports before, validation and export after
     assert rec["wall_s"] > rec["elapsed_s"] >= rec["evolution_s"]
 
