@@ -281,7 +281,7 @@ class Population:
         (``gprl.strategy``; default: the calibrated automatic choice).
 
         ``scaling=True`` (``mse`` / ``rmse``): the loss of each output ``f`` after its least-squares linear
-        scaling ``a + b * f`` (Keijzer 2003; ``gprl.sr.scaling.linear_scaling`` gives ``a`` and ``b``),
+        scaling ``a + b * f`` (Keijzer 2003; ``gprl.sr.scaling.fit_linear_scaling`` gives ``a`` and ``b``),
         gathered in the same pass; an output flat within float32 rounding is fitted by y's mean alone.
         """
         if metric not in METRICS:

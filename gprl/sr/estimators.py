@@ -318,7 +318,8 @@ class _SymbolicBase(BaseEstimator):
                 loss_used = train_loss
             cx = lengths.cpu().numpy()
             chosen.append(sum(len(f) for f in fronts)
-                          + select_model(cx, loss_used, self.model_selection, flat_loss(val or train)))
+                          + select_model(cx, loss_used, self.model_selection,
+                                         flat_loss(train if val is None else val)))
             fronts.append(trees.to("cpu"))
             coefs.append(None if coef is None else tuple(c.cpu().numpy() for c in coef))
             complexity.append(cx)
