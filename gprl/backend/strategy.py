@@ -25,7 +25,7 @@ in shared memory and takes ``max_len`` up to 1024 (it fits every GPU with 64 KiB
 
 Which one runs (first match wins): the call's ``strategy=`` argument; :func:`set_strategy` (initially the
 ``GPRL_STRATEGY`` environment variable; it applies to the calls that can run that strategy); else ``auto``.
-``auto`` on a CUDA device: the first call of an op on a device times every strategy on a grid of population
+``auto`` on a CUDA device: an op's first call on a device measures every strategy on a grid of population
 sizes and row counts (single calls between CUDA events; cached as JSON under the gprl cache directory, keyed
 by device name, kernel build and torch version), predicts a call's time by interpolating that table in log
 space, takes the fastest, and memoises the decision per (op, device, P, D, n_out), shared by populations
