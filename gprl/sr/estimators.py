@@ -110,18 +110,6 @@ def select_model(complexity: np.ndarray, loss: np.ndarray, rule: str, flat_loss:
     return int(candidates[np.argmax(score[candidates])])
 
 
-def flat_loss(objective) -> float:
-    """The loss of the target's mean alone on ``objective``'s rows (0 for classification)."""
-    if not isinstance(objective, RegressionObjective):
-        return 0.0
-    y, w = objective.data.y.double(), objective.data.weight
-    mean = y.mean(0) if w is None else (w.double()[:, None] * y).sum(0) / w.double().sum()
-    e = y - mean
-    e = e.abs() if objective.metric == "mae" else e * e
-    m = e.mean(0) if w is None else (w.double()[:, None] * e).sum(0) / w.double().sum()
-    return float((m.sqrt() if objective.metric == "rmse" else m).mean())
-
-
 def weighted_mean_std(a: np.ndarray, weight: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """Column means and (population) standard deviations of ``a [n, d]``, weighted by ``weight [n]``:
     integer weights give the statistics of repeated rows, zero weights those of absent rows."""
@@ -319,7 +307,7 @@ class _SymbolicBase(BaseEstimator):
             cx = lengths.cpu().numpy()
             chosen.append(sum(len(f) for f in fronts)
                           + select_model(cx, loss_used, self.model_selection,
-                                         flat_loss(train if val is None else val)))
+                                         (train if val is None else val).flat_loss()))
             fronts.append(trees.to("cpu"))
             coefs.append(None if coef is None else tuple(c.cpu().numpy() for c in coef))
             complexity.append(cx)
@@ -335,7 +323,8 @@ class _SymbolicBase(BaseEstimator):
         self._tree = self._front[self.best_index_]
         # the table (one sympy formula per front tree) is built when first read: outside the time limit
         self._equations = None
-        self._table_args = (complexity, used, trained if val_rows is not None else None, island, factor)
+        self._table_args = (complexity, used, trained if val_rows is not None else None, island,
+                            self.members_, factor)
         self.device_ = str(device)
         self.fit_seconds_ = time.perf_counter() - started
         return self
@@ -346,7 +335,7 @@ class _SymbolicBase(BaseEstimator):
         score, equation, sympy_format (and island, member for ensembles)."""
         check_is_fitted(self, "_tree")
         if self._equations is None:
-            self._equations = self._table(*self._table_args[:4], self.members_, self._table_args[4])
+            self._equations = self._table(*self._table_args)
         return self._equations
 
     def _report(self, generation: Generation, factor: float) -> str:

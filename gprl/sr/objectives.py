@@ -69,6 +69,15 @@ class RegressionObjective:
         loss = torch.cat(losses).float() if losses else torch.zeros(0, device=self.data.device)
         return torch.nan_to_num(loss, nan=float("inf"))
 
+    def flat_loss(self) -> float:
+        """The loss of the target's mean alone on these rows (the weighted mean of each output)."""
+        y, w = self.data.y.double().reshape(self.data.n_rows, -1), self.data.weight
+        w = torch.ones(len(y), dtype=torch.float64, device=y.device) if w is None else w.double()
+        e = y - (w[:, None] * y).sum(0) / w.sum()
+        e = e.abs() if self.metric == "mae" else e * e
+        m = (w[:, None] * e).sum(0) / w.sum()
+        return float((m.sqrt() if self.metric == "rmse" else m).mean())
+
     def coefficients(self, population: Population, simplify: bool = False
                      ) -> tuple[torch.Tensor, torch.Tensor]:
         """Intercept and slope ``[P, n_out]`` (float64) of every tree's outputs: the least-squares fit with
@@ -189,6 +198,10 @@ class ClassificationObjective:
 
     def _chunks(self, population: Population):
         return _output_chunks(population, self.data, self.n_out, self.chunk_elements)
+
+    def flat_loss(self) -> float:
+        """0: the model choice's rounding floor (``select_model``) applies to regression losses only."""
+        return 0.0
 
     def coefficients(self, population: Population) -> tuple[torch.Tensor, torch.Tensor]:
         """Bias and scale ``[P, n_out]`` (float64) of every tree's outputs: the fitted ones with ``scaling``,
