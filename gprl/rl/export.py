@@ -15,6 +15,8 @@ import json
 import keyword
 import os
 import re
+import signal
+import threading
 from collections.abc import Sequence
 from string import Template
 from typing import Any
@@ -27,6 +29,7 @@ from gprl.core import functions as F
 from gprl.core.population import Population
 
 SIMPLIFY_MAX_OPS = 80  # sympy.simplify is super-linear; larger formulas are shown as folded
+SIMPLIFY_SECONDS = 5.0  # per formula: some small tanh/Min forms keep sympy.simplify busy for many minutes
 
 
 def safe_names(names: Sequence[str] | None, n: int, prefix: str) -> list[str]:
@@ -83,13 +86,39 @@ def readable(expr: sympy.Expr, digits: int = 4) -> sympy.Expr:
     e = round_floats(_evaluate_numbers(plain(expr)), digits)
     if sympy.count_ops(e) <= SIMPLIFY_MAX_OPS:
         try:
-            s = round_floats(_evaluate_numbers(sympy.simplify(e)), digits)
-            # keep simplify's result only when shorter and still plain algebra (no ITE inside conditions)
-            if sympy.count_ops(s) <= sympy.count_ops(e) and not s.has(sympy.ITE):
-                e = s
+            s = simplify_within(e, SIMPLIFY_SECONDS)
+            if s is not None:
+                s = round_floats(_evaluate_numbers(s), digits)
+                # keep simplify's result only when shorter and still plain algebra (no ITE inside conditions)
+                if sympy.count_ops(s) <= sympy.count_ops(e) and not s.has(sympy.ITE):
+                    e = s
         except Exception:  # noqa: BLE001, S110  (simplify may fail on exotic forms; the folded form is still right)
             pass
     return e
+
+
+class _OutOfTime(BaseException):  # not an Exception: sympy's own ``except Exception`` must not swallow it
+    pass
+
+
+def simplify_within(expr: sympy.Expr, seconds: float) -> sympy.Expr | None:
+    """``sympy.simplify(expr)``, or None when it takes longer than ``seconds`` (a SIGALRM timer: in the main
+    thread; elsewhere, or where the platform has no timer, it is not tried)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        return None
+
+    def out_of_time(signum, frame):
+        raise _OutOfTime
+
+    previous = signal.signal(signal.SIGALRM, out_of_time)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return sympy.simplify(expr)
+    except _OutOfTime:
+        return None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def plain(expr: sympy.Expr) -> sympy.Expr:

@@ -109,6 +109,22 @@ def test_folded_expression_is_raw_units():
         assert float(e.subs({u: uu, v: vv})) == pytest.approx(float(expected.subs({u: uu, v: vv})), rel=1e-12)
 
 
+def test_simplification_has_a_time_bound():
+    """sympy.simplify can run for minutes on small tanh/Min forms (seen on HalfCheetah policies): past the
+    bound the export keeps the folded formula, and the timer and handler are put back."""
+    import signal
+
+    from gprl.rl.export import simplify_within
+
+    x, y = sympy.symbols("x y", real=True)
+    slow = sympy.tanh(2 * sympy.tanh(0.1403 * x - 0.009714) - sympy.tanh(6.909 * y - 0.2117 * x + 2.238)
+                      + sympy.tanh(sympy.Min(sympy.tanh(4.881 * x - 8.619 * y), sympy.tanh(0.3 * y))))
+    before = signal.getsignal(signal.SIGALRM)
+    assert simplify_within(slow, 1e-4) is None
+    assert simplify_within(x * y / x + y, 5.0) == 2 * y
+    assert signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
 def test_policy_module_needs_only_numpy(tmp_path):
     tree = gprl.Population.from_expressions([["x0 / x1", "log(x0)"]], n_in=2)
     paths = export_policy(tmp_path, tree, [0, 0], [1, 1], "clip", [-1, -1], [1, 1], ["p", "q"],
