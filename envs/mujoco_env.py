@@ -46,7 +46,7 @@ class BatchSim:
     def __init__(self, model: Any, num_envs: int, fields: tuple[str, ...], nthread: int) -> None:
         from mujoco import batch as mj_batch
 
-        self.batch = mj_batch.Batch(model, nsim=num_envs, nthread=nthread)  # nthread=0: all cores
+        self.batch = mj_batch.Batch(model, nsim=num_envs, nthread=nthread)
         self.qpos, self.qvel, self.ctrl = (self.batch.bind(f) for f in ("qpos", "qvel", "ctrl"))
         self.fields = {f: self.batch.bind(f) for f in fields}
 
@@ -82,7 +82,7 @@ class ThreadedSim:
         self.qvel = np.zeros((num_envs, model.nv))
         self.ctrl = np.zeros((num_envs, model.nu))
         self.fields = {f: np.zeros((num_envs, *getattr(self.datas[0], f).shape)) for f in fields}
-        self.nthread = nthread or os.cpu_count() or 1
+        self.nthread = nthread or len(os.sched_getaffinity(0))
         self.pool = ThreadPoolExecutor(self.nthread) if self.nthread > 1 else None
 
     def _copy_out(self, i: int, d: Any) -> None:
@@ -163,7 +163,9 @@ class MujocoEnv(VecEnv):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         sim_cls = ThreadedSim if self.task.needs_rne_post else BatchSim
-        self.sim = sim_cls(self.model, num_envs, self.task.fields, 0 if nthread is None else nthread)
+        # the cores this process may run on (taskset, cgroup cpusets), not every core of the host
+        threads = len(os.sched_getaffinity(0)) if nthread is None else nthread
+        self.sim = sim_cls(self.model, num_envs, self.task.fields, threads)
         self._qpos, self._qvel, self._ctrl, self._fields = (
             self.sim.qpos,
             self.sim.qvel,
