@@ -22,9 +22,15 @@ def banner(cfg: dict[str, Any], device: str, run_dir: str, resumed_at: int | Non
     if task == "policy":
         env = cfg["env"]
         sched, n = env.get("episode_schedule") or {}, env.get("episodes", 1)
-        length = (f"episode length {sched['start']} -> {env['episode_length']} steps over "
-                  f"{sched['ramp_generations']} generations" if sched
-                  else f"episode length {env['episode_length']}")
+        final = env["episode_length"]
+        start, ramp = sched.get("start") or final, sched.get("ramp_generations") or 0
+        length = (f"episode length {start} -> {final} steps over {ramp} generations"
+                  if ramp > 0 and start < final else f"episode length {final}")
+        racing = env.get("racing") or {}
+        if racing.get("horizon", 1) < 1 and racing.get("finalists", 1) < 1:
+            e = racing.get("episodes") or n
+            length += (f" (racing: every tree plays its first {racing['horizon']:.0%}, the best "
+                       f"{racing['finalists']:.0%} the whole episode" + (f", {e} times)" if e > 1 else ")"))
         what = (f"task policy ({env['name']}), backend {env['backend']} on {device}, population "
                 f"{gp['population_size']}, {n} episode{'s' if n != 1 else ''} per tree, {length}")
     else:

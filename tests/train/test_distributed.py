@@ -117,6 +117,18 @@ def test_two_processes_give_the_one_process_result(one_process, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["two"]  # rank 1 wrote no run directory
 
 
+def test_racing_over_two_processes_gives_the_one_process_result(tmp_path):
+    """Racing's finalists (5 of 11: an uneven split) play on both ranks; the run is the one process's."""
+    race = [*POLICY, "gp.generations=3", "env.racing={horizon: 0.5, finalists: 0.4, episodes: 3}"]
+    run_train(tmp_path, "one", *race)
+    torchrun(tmp_path, "two", 2, *race)
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert all("racing_length" in row for row in metrics(one))
+    assert_same_final_population(one, two, "gen_000003.pt")
+    assert metrics(one) == metrics(two)
+    assert (one / "policy.json").read_text() == (two / "policy.json").read_text()
+
+
 def test_a_dead_rank_fails_the_others_and_resume_with_one_process(one_process, tmp_path):
     """Rank 1 is killed mid-run: rank 0 exits with a clear error well within dist.timeout_s, the checkpoints
     stay intact, and resuming with a single process ends exactly as the uninterrupted run."""

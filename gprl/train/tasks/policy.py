@@ -19,6 +19,24 @@ from gprl.train.distributed import Dist
 from gprl.train.tasks.base import Task
 
 
+def racing_shares(racing: dict[str, Any] | None) -> tuple[float, float, int | None]:
+    """``env.racing`` as (horizon, finalists, episodes); null or ``{}``: (1, 1, None), no racing."""
+    racing = dict(racing or {})
+    unknown = set(racing) - {"horizon", "finalists", "episodes"}
+    if unknown:
+        raise ValueError(f"env.racing takes horizon, finalists and episodes, got {sorted(unknown)}")
+    episodes = racing.get("episodes")
+    if episodes is not None and (isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1):
+        raise ValueError(f"env.racing.episodes must be a positive integer (whole episodes per finalist) or "
+                         f"null (env.episodes), got {episodes!r}")
+    shares = (float(racing.get("horizon", 1.0)), float(racing.get("finalists", 1.0)))
+    for name, value in zip(("horizon", "finalists"), shares):
+        if not 0 < value <= 1:
+            raise ValueError(f"env.racing.{name} must be in (0, 1] (a share of the episode / population), "
+                             f"got {value}")
+    return (*shares, episodes)
+
+
 def episode_length_at(generation: int, start: int, final: int, ramp_generations: int) -> int:
     """Linear schedule of the training episode length: ``start`` at generation 0, ``final`` from the ramp's
     end."""
@@ -31,6 +49,14 @@ class PolicyTask(Task):
     """Control policies: fitness is the mean return of ``episodes`` episodes per individual (one batched
     rollout of P·E environments); observations are normalised (frozen per generation) and outputs mapped to
     actions (:mod:`gprl.rl.policy`).
+
+    Racing (``env.racing: {horizon, finalists, episodes}``) scores everyone on the first ``horizon`` share of
+    the episode and plays only the best ``finalists`` share of the population whole episodes (``episodes``
+    each, default ``env.episodes``), on fresh initial states in a second batch of environments; the others
+    keep their short-episode returns, which rank them below nearly every finalist. Where the cost grows with
+    the episode length (HalfCheetah never ends early) this buys more generations for the same time, and
+    several final episodes make the ranking of the best robust to the initial state where returns are
+    noisy (Walker2d).
 
     A hall of fame keeps the best tree of each generation with the normaliser it was scored under; at the end
     the candidates are validated on fresh episodes of full length and the best mean return is exported.
@@ -53,6 +79,14 @@ class PolicyTask(Task):
         if self.dist.enabled and backend == "genesis":
             raise ValueError("env.backend=genesis cannot be split across processes (it draws the reset noise "
                              "of the whole batch from one generator); run it in a single process")
+        self.horizon, self.finalists, final_episodes = racing_shares(env_cfg.get("racing"))
+        self.final_episodes = int(final_episodes or self.episodes)
+        self.n_finalists = max(1, math.ceil(self.finalists * pop_size))
+        self.racing = self.horizon < 1 and self.finalists < 1
+        if self.racing:
+            self.dist.check_shardable(self.n_finalists, "env.racing.finalists * gp.population_size",
+                                      "finalist")
+        self.final_env = None  # racing: the finalists' environments, made on first use
         self.shard = self.dist.bounds(pop_size)  # the individuals this rank evaluates
         self.total_envs = pop_size * self.episodes
         kwargs = dict(env_cfg.get("kwargs") or {})
@@ -100,29 +134,63 @@ class PolicyTask(Task):
 
     def _seed(self, *parts: int) -> int:
         # Gymnasium-style per-environment seeds seed + i must stay below 2**31
-        return mix_seed(self.seed, *parts) % (2**31 - 1 - self.total_envs)
+        envs_per_reset = max(self.total_envs, self.n_finalists * self.final_episodes)
+        return mix_seed(self.seed, *parts) % (2**31 - 1 - envs_per_reset)
 
     def evaluate(self, population: Population, generation: int) -> tuple[torch.Tensor, dict[str, Any]]:
         length = episode_length_at(generation, self.start_length, self.final_length, self.ramp)
+        short = max(1, round(length * self.horizon)) if self.racing else length
         mean, std = self.normalizer.mean.clone(), self.normalizer.std.clone()
         (a, b), P, E, dist = self.shard, len(population), self.episodes, self.dist
         with dist.agree("evaluating the population"):
-            ev = evaluate_policies(population[a:b], self.env, self.action_map, mean, std, E, length,
+            ev = evaluate_policies(population[a:b], self.env, self.action_map, mean, std, E, short,
                                    seed=self._seed(generation, 7) + a * E,
                                    collect_stats=self.normalizer.enabled)
         if ev.obs_stats is not None:
             self.normalizer.merge_envs(*(dist.gather(x, P, "gathering observation statistics", per=E)
                                          for x in ev.obs_stats))
-        self.normalizer.freeze()  # the next generation sees this generation's observations too
         ret = dist.gather(ev.returns, P, "gathering the returns").to(population.device)
-        i = int(torch.argmax(torch.nan_to_num(ret, nan=-math.inf)))
+        steps = dist.sum(ev.env_steps, "adding up env steps")
+        scored = torch.arange(P, device=ret.device)  # the individuals whose return covers `length` steps
+        if short < length:
+            ret, scored, final_steps = self._race(population, ret, mean, std, length, generation)
+            steps = steps + final_steps.to(steps.device)
+        self.normalizer.freeze()  # the next generation sees this generation's observations too
+        i = int(scored[torch.argmax(torch.nan_to_num(ret[scored], nan=-math.inf))])
         self._remember(population[i], mean, std, float(ret[i]), generation)
         fitness = ret.float()
         if self.parsimony:
             fitness = fitness - self.parsimony * population.lengths().float()
         metrics = {"best_return": float(ret[i]), "mean_return": float(ret.mean()),
-                   "episode_length": length, "env_steps": int(dist.sum(ev.env_steps, "adding up env steps"))}
+                   "episode_length": length, "env_steps": int(steps)}
+        if short < length:
+            metrics["racing_length"] = short
         return fitness, metrics
+
+    def _race(self, population: Population, ret: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
+              length: int, generation: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Plays the best short-episode scorers whole episodes; returns (returns, finalists, env steps).
+
+        Every rank holds the same gathered returns, hence the same finalists; a rank plays its contiguous
+        share of them (finalist ``k``'s episodes reset from ``seed + k * episodes + e`` wherever it runs)."""
+        K, E, dist = self.n_finalists, self.final_episodes, self.dist
+        top = torch.topk(torch.nan_to_num(ret, nan=-math.inf), K).indices
+        a, b = dist.bounds(K)
+        if self.final_env is None:
+            self.final_env = envs.make(self.name, backend=self.backend, num_envs=(b - a) * E,
+                                       device=self.device, seed=self.seed, episode_length=self.final_length,
+                                       **self.env_kwargs)
+        with dist.agree("racing the finalists"):
+            mine = population[top[a:b].to(population.device)]
+            ev = evaluate_policies(mine, self.final_env, self.action_map, mean, std, E, length,
+                                   seed=self._seed(generation, 11) + a * E,
+                                   collect_stats=self.normalizer.enabled)
+        if ev.obs_stats is not None:
+            self.normalizer.merge_envs(*(dist.gather(x, K, "gathering the finalists' observations", per=E)
+                                         for x in ev.obs_stats))
+        ret = ret.clone()
+        ret[top] = dist.gather(ev.returns, K, "gathering the finalists' returns").to(ret.device, ret.dtype)
+        return ret, top, dist.sum(ev.env_steps, "adding up the finalists' env steps")
 
     def _remember(self, tree: Population, mean, std, fitness: float, generation: int) -> None:
         state = population_state(tree)
@@ -203,3 +271,5 @@ class PolicyTask(Task):
 
     def close(self) -> None:
         self.env.close()
+        if self.final_env is not None:
+            self.final_env.close()
