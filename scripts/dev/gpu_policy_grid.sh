@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Several CPU policy searches side by side on the GPU machine's host cores (native MuJoCo, no GPU), each
+# pinned to its own cores with taskset: scripts/bench_policies.py per line of a spec file, then one merged
+# JSON document. GPU_CMD, when set, runs alongside on the GPU (with the CUDA kernel build) and its output
+# goes to $OUT/gpu.log.
+#
+# Usage: [GPU_CMD='...'] bash scripts/dev/gpu_policy_grid.sh [--out DIR] [--wheels DIR] SPEC
+#   SPEC lines: NAME CORES TASK[:SEED] BUDGET [Hydra overrides...]   e.g.
+#     walker_default 2-3 walker2d:1 400
+#     cheetah_race   4-5 halfcheetah 400 'env.racing={horizon: 0.25, finalists: 0.25}'
+# Writes grid.json (every run's record: evaluation, generations, steps, curve; a run still going or stopped
+# leaves its metrics.jsonl rows; rewritten every 20 s) and logs.txt (each run's tail). Each run gets its
+# BUDGET + 120 s before it is stopped.
+set -uo pipefail
+source "$(dirname "$0")/gpu_common.sh"
+gpu_args "$@"; set -- "${ARGS[@]}"
+SPEC=${1:?usage: gpu_policy_grid.sh [--out DIR] SPEC}
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} PYTHONUNBUFFERED=1 WANDB_MODE=disabled
+gpu_install_wheels "$OUT/build.log"
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$OUT/build.log" 2>&1
+nproc | tee -a "$OUT/build.log"
+if [ -n "${GPU_CMD:-}" ]; then
+  ( GPRL_CACHE=$PWD/.gprl_cache_gpu bash -c "$GPU_CMD" >"$OUT/gpu.log" 2>&1 ) &
+fi
+# the CPU-only kernel build once, before the runs share it
+export GPRL_CACHE=$PWD/.gprl_cache_cpu
+CUDA_VISIBLE_DEVICES= gpu_build "$OUT/build.log"
+runs=(); pids=()
+while read -r name cores task budget rest; do
+  [ -z "${name:-}" ] || [ "${name:0:1}" = "#" ] && continue
+  eval "overrides=($rest)"
+  seed=0; [[ "$task" == *:* ]] && { seed=${task#*:}; task=${task%%:*}; }
+  CUDA_VISIBLE_DEVICES= timeout $(( ${budget%.*} + 120 )) taskset -c "$cores" python3 scripts/bench_policies.py \
+    --backend mujoco --tasks "$task" --seeds "$seed" --budget "$budget" --out "/tmp/grid/$name" -- "${overrides[@]}" \
+    >"/tmp/grid_$name.log" 2>&1 &
+  runs+=("$name"); pids+=($!)
+done <"$SPEC"
+
+merge() {
+  python3 - "$OUT" "${runs[@]}" <<'EOF'
+import glob, json, sys
+out, names = sys.argv[1], sys.argv[2:]
+doc = {}
+for name in names:
+    try:
+        doc[name] = json.load(open(f"/tmp/grid/{name}/bench_policies_mujoco.json"))
+    except (OSError, ValueError):  # still running or stopped: its metrics so far
+        doc[name] = {"metrics": [json.loads(line) for f in glob.glob(f"/tmp/grid/{name}/*/*/*/metrics.jsonl")
+                                 for line in open(f) if line.strip()]}
+json.dump(doc, open(f"{out}/grid.json", "w"))
+EOF
+}
+while kill -0 "${pids[@]}" 2>/dev/null; do merge; sleep 20; done
+wait "${pids[@]}"
+merge
+for name in "${runs[@]}"; do echo "== $name"; tail -5 "/tmp/grid_$name.log"; done >"$OUT/logs.txt"
+wait
