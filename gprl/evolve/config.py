@@ -36,7 +36,7 @@ class GPConfig:
 
     population_size: int = field(default=1000, metadata=_schema(int))
     """Trees per generation (a multiple of ``islands``)."""
-    max_len: int = field(default=64, metadata=_schema(int))
+    max_len: int = field(default=64, metadata=_schema(Optional[int]))  # noqa: UP045
     """Longest tree, in nodes; variation that would exceed it keeps the parent."""
     functions: Any = field(default=None, metadata=_schema(Optional[list[str]]))  # noqa: UP045
     """Function set: names of ``gprl.functions`` or a name -> sampling weight map (None: the default set)."""
@@ -46,7 +46,7 @@ class GPConfig:
     """(min, max) depth of the initial trees."""
     init_every_output: bool = field(default=False, metadata=_schema(Optional[bool]))  # noqa: UP045
     """Multi-output trees: every initial tree writes every output (``Population.random(every_output=)``)."""
-    max_depth: int = field(default=17, metadata=_schema(int))
+    max_depth: int = field(default=17, metadata=_schema(Optional[int]))  # noqa: UP045
     """Deepest tree variation may make (<= 64; 0: no bound)."""
     selection: str = field(default="tournament", metadata=_schema(str))
     """Parent selection, one of ``gprl.selection.SELECTIONS`` (lexicase needs per-case errors in ``step``)."""

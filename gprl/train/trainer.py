@@ -77,8 +77,13 @@ def uses_env(cfg: dict[str, Any]) -> bool:
     return (cfg.get("task") or {}).get("name", "policy") == "policy"
 
 
+# tree bounds of policies whose environment sets none (configs/gp/default.yaml leaves them null)
+POLICY_TREE_BOUNDS = {"max_len": 64, "max_depth": 8}
+
+
 def apply_backend_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Fill ``null`` entries of ``gp``/``env`` from ``env.per_backend[<resolved backend>]``."""
+    """Fill ``null`` entries of ``gp``/``env`` from ``env.per_backend[<resolved backend>]``, then the tree
+    bounds still null from ``POLICY_TREE_BOUNDS``."""
     if not uses_env(cfg):
         return cfg
     env_cfg = cfg.get("env") or {}
@@ -95,6 +100,9 @@ def apply_backend_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
         for key, value in (defaults.get(section) or {}).items():
             if cfg[section].get(key) is None:
                 cfg[section][key] = value
+    for key, value in POLICY_TREE_BOUNDS.items():
+        if cfg["gp"].get(key) is None:
+            cfg["gp"][key] = value
     return cfg
 
 
