@@ -22,7 +22,7 @@ class EnvSchema:
     episode_length: int | None = None
     # {start, ramp_generations} or null (Any: OmegaConf cannot merge a dict into a None dict)
     episode_schedule: Any = None
-    racing: Any = None  # {horizon, finalists} or null
+    racing: Any = None  # {horizon, finalists, episodes} or null
     episodes: int = 1
     normalize_obs: bool = True
     action_transform: str = "auto"

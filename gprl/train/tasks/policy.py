@@ -54,9 +54,9 @@ class PolicyTask(Task):
     the episode and plays only the best ``finalists`` share of the population whole episodes (``episodes``
     each, default ``env.episodes``), on fresh initial states in a second batch of environments; the others
     keep their short-episode returns, which rank them below nearly every finalist. Where the cost grows with
-    the episode length (HalfCheetah never ends early) this buys more generations for the same time, and
-    several final episodes make the ranking of the best robust to the initial state where returns are
-    noisy (Walker2d).
+    the episode length (HalfCheetah never ends early) this buys more generations for the same time; several
+    final episodes average the finalists' returns over initial states. ``mean_return`` then mixes short and
+    whole episodes; ``best_return`` is always a finalist's.
 
     A hall of fame keeps the best tree of each generation with the normaliser it was scored under; at the end
     the candidates are validated on fresh episodes of full length and the best mean return is exported.
