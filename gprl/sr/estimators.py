@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from fractions import Fraction
 
 import numpy as np
 import sympy
@@ -54,7 +53,7 @@ from gprl.evolve.config import GPConfig
 from gprl.evolve.constants import ConstantFitting, tune_best
 from gprl.evolve.loop import Evolution, Generation
 from gprl.sr.datasets import check_features, check_targets
-from gprl.sr.export import probabilities
+from gprl.sr.export import exact_number, probabilities
 from gprl.sr.objectives import ClassificationObjective, RegressionObjective
 
 MODEL_SELECTIONS = ("best", "accuracy", "simplest")
@@ -133,13 +132,6 @@ def target_scaling(y: np.ndarray, weight: np.ndarray | None) -> tuple[float, np.
     y, weight = (y / size).reshape(len(y), -1)[keep], None if weight is None else weight[keep]
     mean, sd = weighted_mean_std(y, weight)
     return size, mean, float(sd.max()) or 1.0
-
-
-def exact_number(c: float) -> sympy.Expr:
-    """``c`` as a sympy Rational when it is exactly a fraction of denominator <= 12 (a simplified linear
-    scaling's 0, 1, 1/2, ...: ``0.5 * (2 * x)`` reads ``x``), else as a Float."""
-    q = Fraction(float(c)).limit_denominator(12)
-    return sympy.Rational(q.numerator, q.denominator) if float(q) == float(c) else sympy.Float(float(c))
 
 
 def as_float32(a: np.ndarray, name: str, fix: str) -> np.ndarray:

@@ -15,6 +15,7 @@ import inspect
 import json
 import os
 from collections.abc import Sequence
+from fractions import Fraction
 from string import Template
 from typing import Any
 
@@ -38,17 +39,34 @@ from gprl.rl.export import (
 )
 
 
+def exact_number(c: float) -> sympy.Expr:
+    """``c`` as a sympy Rational when it is exactly a fraction of denominator <= 12 (a simplified linear
+    scaling's 0, 1, 1/2, ...: ``0.5 * (2 * x)`` reads ``x``), else as a Float."""
+    q = Fraction(float(c)).limit_denominator(12)
+    return sympy.Rational(q.numerator, q.denominator) if float(q) == float(c) else sympy.Float(float(c))
+
+
 def model_expressions(tree: Population, mean: Sequence[float], std: Sequence[float],
                       names: Sequence[str]) -> list[sympy.Expr]:
     """Exact expressions (protected forms) of every output over the raw features."""
     return policy_expressions(tree, mean, std, "none", None, None, names)
 
 
+def scaled(exprs: Sequence[sympy.Expr], scaling: tuple[Sequence[float], Sequence[float]] | None
+           ) -> list[sympy.Expr]:
+    """``a_k + b_k * expr_k`` for each output given the linear scaling's (intercepts, slopes); as they are
+    without it."""
+    if scaling is None:
+        return list(exprs)
+    return [exact_number(a) + exact_number(b) * e for a, b, e in zip(*scaling, exprs)]
+
+
 def front_equation(tree: Population, mean: Sequence[float], std: Sequence[float], names: Sequence[str],
-                   digits: int) -> str:
+                   digits: int, scaling: tuple[Sequence[float], Sequence[float]] | None = None) -> str:
     """A cheap reading form for the front table (no sympy.simplify: the front may hold 60 trees)."""
     names = safe_names(names, tree.n_in, "x")  # the identifiers of model.txt / model.py
-    exprs = [round_floats(plain(e), digits) for e in model_expressions(tree, mean, std, names)]
+    exprs = scaled(model_expressions(tree, mean, std, names), scaling)
+    exprs = [round_floats(plain(e), digits) for e in exprs]
     return "; ".join(sympy.sstr(e) for e in exprs)
 
 
@@ -66,6 +84,7 @@ import numpy
 $constants
 FEATURE_NAMES = $feature_names
 OUTPUT_NAMES = $output_names
+$scaling
 CLASSES = $classes
 MEAN = $mean
 STD = $std
@@ -92,8 +111,8 @@ $functions
 ''')
 
 REGRESSION_FUNCTIONS = '''def predict(X):
-    """Predictions [n] (or [n, n_targets]) for X [n, n_features]."""
-    y = scores(X)
+    """Predictions [n] (or [n, n_targets]) for X [n, n_features]: INTERCEPT + SLOPE * the tree outputs."""
+    y = INTERCEPT + SLOPE * scores(X).astype(numpy.float64)
     return y[:, 0] if y.shape[1] == 1 else y'''
 
 
@@ -132,7 +151,8 @@ def predict(X):
 
 def _module_source(exact: Sequence[sympy.Expr], names: Sequence[str], out_names: Sequence[str], task: str,
                    classes: Sequence[Any] | None, text: str, meta: dict[str, Any], record: dict[str, Any],
-                   mean: Sequence[float], std: Sequence[float]) -> str:
+                   mean: Sequence[float], std: Sequence[float],
+                   scaling: tuple[Sequence[float], Sequence[float]] | None) -> str:
     scores = scores_source("X", names, exact, record, len(out_names), column="X[:, {i}]", batch="shape[:1]",
                            formula_doc="The folded formulas (raw units, float64) for X [n, n_features].",
                            scores_doc="Tree outputs [n, n_outputs] in float32, in the kernels' order.")
@@ -143,18 +163,32 @@ def _module_source(exact: Sequence[sympy.Expr], names: Sequence[str], out_names:
         classes=repr(None if classes is None else list(classes)), mean=float32_array(mean),
         std=float32_array(std), meta=repr(json.dumps(meta, sort_keys=True)),
         protected=PROTECTED_FUNCTIONS, libm=LIBM_SOURCE, n_in=len(names), scores=scores,
+        scaling=_scaling_source(task, len(out_names), scaling),
         functions=REGRESSION_FUNCTIONS if task == "regression" else CLASSIFICATION_FUNCTIONS)
+
+
+def _scaling_source(task: str, n_out: int, scaling: tuple[Sequence[float], Sequence[float]] | None) -> str:
+    """model.py's INTERCEPT and SLOPE (regression: predict reads them; 0 and 1 without linear scaling)."""
+    if task != "regression":
+        return ""
+    a, b = scaling if scaling is not None else ([0.0] * n_out, [1.0] * n_out)
+    return (f"INTERCEPT = numpy.array({[float(x) for x in a]!r})  # least-squares linear scaling of the "
+            f"tree outputs\nSLOPE = numpy.array({[float(x) for x in b]!r})")
 
 
 def export_model(out_dir: str | os.PathLike, tree: Population, mean: Sequence[float], std: Sequence[float],
                  feature_names: Sequence[str], output_names: Sequence[str], task: str,
                  classes: Sequence[Any] | None, meta: dict[str, Any], front: list[dict[str, Any]],
-                 digits: int = 4) -> dict[str, str]:
-    """Writes model.txt, model.tex, model.py, model.json and equations.csv; returns their paths."""
+                 digits: int = 4, scaling: tuple[Sequence[float], Sequence[float]] | None = None
+                 ) -> dict[str, str]:
+    """Writes model.txt, model.tex, model.py, model.json and equations.csv; returns their paths.
+
+    ``scaling`` (regression): per output the intercept and slope of the linear scaling that the prediction
+    applies to the tree's outputs; the formulas include them."""
     os.makedirs(out_dir, exist_ok=True)
     names = safe_names(feature_names, tree.n_in, "x")
     onames = safe_names(output_names, tree.n_out, "y")
-    exact = model_expressions(tree, mean, std, names)
+    exact = scaled(model_expressions(tree, mean, std, names), scaling)
     reading = [readable(e, digits) for e in exact]
     if task == "regression":
         head = "prediction"
@@ -170,6 +204,8 @@ def export_model(out_dir: str | os.PathLike, tree: Population, mean: Sequence[fl
               "output_names": onames, "classes": None if classes is None else list(classes),
               "standardization": {"mean": [float(m) for m in mean], "std": [float(s) for s in std]},
               "tree": tree_record(tree), "formulas": {a: str(e) for a, e in zip(onames, reading)},
+              "scaling": None if scaling is None else {"intercept": [float(x) for x in scaling[0]],
+                                                       "slope": [float(x) for x in scaling[1]]},
               "exact_formulas": {a: sympy.srepr(e) for a, e in zip(onames, exact)}, "meta": meta}
     paths = {k: os.path.join(out_dir, f"model.{k}") for k in ("txt", "tex", "py", "json")}
     paths["csv"] = os.path.join(out_dir, "equations.csv")
@@ -178,7 +214,7 @@ def export_model(out_dir: str | os.PathLike, tree: Population, mean: Sequence[fl
     rows = [rf"\mathrm{{{n}}} &= {sympy.latex(e)}" for n, e in zip(escaped, reading)]
     write_atomic(paths["tex"], "\\begin{align}\n" + " \\\\\n".join(rows) + "\n\\end{align}\n")
     write_atomic(paths["py"], _module_source(exact, names, onames, task, classes, text, meta, record["tree"],
-                                             mean, std))
+                                             mean, std, scaling))
     write_atomic(paths["json"], json.dumps(record, indent=1))
     tmp = paths["csv"] + ".tmp"
     with open(tmp, "w", newline="") as f:

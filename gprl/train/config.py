@@ -49,6 +49,7 @@ class TaskSchema:
     metric: str | None = None              # sr / classification: the training loss
     model_selection: str | None = None     # sr / classification: the rule on the Pareto front
     standardize: bool = False              # sr / classification: z-score the features
+    linear_scaling: Any = "auto"           # sr: auto | true | false
 
 
 @dataclass

@@ -95,6 +95,28 @@ def test_sr_run_writes_every_file_and_model_py_reproduces_the_loss(tmp_path):
     assert artifacts["model"] == ["equations.csv", "model.json", "model.py", "model.tex", "model.txt"]
 
 
+def test_sr_linear_scaling_is_exported_and_off_gives_the_tree_itself(tmp_path):
+    """auto (mse): the model is a + b * tree, in model.py, model.json and the formulas; false: a = 0, b = 1."""
+    data = datasets.load("koza_quartic")
+    for setting in ("auto", "false"):
+        train(tmp_path, setting, *SR, "gp.generations=3", f"task.linear_scaling={setting}")
+        rec = json.loads((tmp_path / setting / "model.json").read_text())
+        model = load_module(tmp_path / setting / "model.py")
+        raw = model.scores(data.X_train)[:, 0].astype(np.float64)
+        if setting == "auto":
+            a, b = rec["scaling"]["intercept"][0], rec["scaling"]["slope"][0]
+            assert rec["meta"]["linear_scaling"] and (a, b) != (0.0, 1.0)
+            # the least-squares line through the tree's outputs
+            np.testing.assert_allclose([a, b], np.polynomial.polynomial.polyfit(raw, data.y_train, 1),
+                                       rtol=1e-6, atol=1e-9)
+        else:
+            assert rec["scaling"] is None and not rec["meta"]["linear_scaling"]
+            a, b = 0.0, 1.0
+        np.testing.assert_allclose(model.predict(data.X_train), a + b * raw)
+        mse = float(np.mean((model.predict(data.X_train) - data.y_train) ** 2))
+        assert mse == pytest.approx(rec["meta"]["train_loss"], rel=1e-5)
+
+
 def test_classification_run_reports_held_out_accuracy(tmp_path):
     train(tmp_path, "clf", *CLF, "gp.generations=5")
     run = tmp_path / "clf"
@@ -137,6 +159,8 @@ def test_resuming_a_policy_run_as_sr_fails_and_leaves_the_run(tmp_path):
     (["task=sr", "dataset.name=nope"], "dataset.name: unknown dataset 'nope'; choose one of ["),
     (["task=sr", "dataset=csv"], "dataset=csv needs dataset.path"),
     (["task=sr", "task.metric=r2"], "task.metric must be one of ['mse', 'mae', 'rmse']"),
+    (["task=sr", "task.metric=mae", "task.linear_scaling=true"], "use task.metric=mse|rmse or task.linear_"),
+    (["task=sr", "task.linear_scaling=maybe"], "task.linear_scaling must be true, false or auto"),
 ])
 def test_bad_dataset_input_is_named(tmp_path, overrides, message):
     res = train(tmp_path, "bad", *overrides, "gp.generations=1", "wandb.mode=disabled", check=False)

@@ -174,6 +174,16 @@ class SupervisedTask(Task):
     def _objective(self, X: np.ndarray, y: np.ndarray, metric: str | None = None):
         raise NotImplementedError
 
+    def _coefficients(self, trees: Population) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The output scaling (intercepts, slopes ``[P, n_out]``) the model applies, fitted on the training
+        rows; None where the model is the trees' outputs."""
+        return None
+
+    def _loss(self, objective, trees: Population) -> torch.Tensor:
+        """The loss of the trees as the exported model computes them (with the training rows' scaling)."""
+        coef = self._coefficients(trees)
+        return objective(trees) if coef is None else objective(trees, coef)
+
     def _extra_metrics(self, tree: Population, prefix: str, objective) -> dict[str, float]:
         return {}
 
@@ -194,7 +204,7 @@ class SupervisedTask(Task):
                                    "best_size": int(best.lengths()[0]),
                                    **self._extra_metrics(best, "train", self.train)}
         if self.test is not None:
-            metrics["test_loss"] = float(self.test(best)[0])
+            metrics["test_loss"] = float(self._loss(self.test, best)[0])
             metrics.update(self._extra_metrics(best, "test", self.test))
         fitness = loss
         if self.parsimony:  # selection sees it; the archive and the metrics keep the plain loss
@@ -220,16 +230,21 @@ class SupervisedTask(Task):
         if len(trees) == 0:
             raise RuntimeError("no generation was evaluated (or every tree had a non-finite loss): "
                                "nothing to export")
+        coef = self._coefficients(trees)
+        if coef is not None:  # the exported formulas' own losses (simplified scaling)
+            losses = self.train(trees, coef)
         complexity, train_loss = lengths.cpu().numpy(), losses.cpu().numpy().astype(np.float64)
         chosen = select_model(complexity, train_loss, self.model_selection)
-        test_loss = (self.test(trees).cpu().numpy().astype(np.float64) if self.test is not None
+        test_loss = (self._loss(self.test, trees).cpu().numpy().astype(np.float64) if self.test is not None
                      else np.full(len(trees), math.nan))
+        coef = None if coef is None else [c.cpu().numpy() for c in coef]
         score = pareto_scores(complexity, train_loss)
         cpu = trees.to("cpu")
         names = self.obs_names
         front = [{"complexity": int(c), "loss": float(tl), "test_loss": float(te), "score": float(s),
                   "selected": int(k == chosen),
-                  "equation": front_equation(cpu[k], self.mean, self.std, names, self.digits)
+                  "equation": front_equation(cpu[k], self.mean, self.std, names, self.digits,
+                                             None if coef is None else (coef[0][k], coef[1][k]))
                   if self.dist.is_main else ""}
                  for k, (c, tl, te, s) in enumerate(zip(complexity, train_loss, test_loss, score))]
         tree = cpu[chosen]
@@ -242,11 +257,13 @@ class SupervisedTask(Task):
             return {"files": {}, "formulas": {}, "dataset": self.data.name, "front_size": len(front),
                     **results}
         meta = {"dataset": self.data.name, "task": self.name, "metric": self.train.metric,
+                "linear_scaling": coef is not None,
                 "model_selection": self.model_selection, "n_train": len(self.data.X_train),
                 "n_test": len(self.data.X_test), "dataset_config": self.dataset_cfg,
                 "ground_truth": self.data.formula, **results}
         files = export_model(out_dir, tree, self.mean.tolist(), self.std.tolist(), names,
-                             self._output_names(), self.kind, self._classes(), meta, front, self.digits)
+                             self._output_names(), self.kind, self._classes(), meta, front, self.digits,
+                             None if coef is None else (coef[0][chosen], coef[1][chosen]))
         with open(files["json"]) as f:
             formulas = json.load(f)["formulas"]
         return {"files": files, "formulas": formulas, "dataset": self.data.name, "front_size": len(front),
@@ -259,18 +276,48 @@ class SRTask(SupervisedTask):
     kind, name = "regression", "sr"
 
     def _objective(self, X: np.ndarray, y: np.ndarray, metric: str | None = None) -> RegressionObjective:
-        return RegressionObjective(X, y, metric=metric or self.metric, device=self.device)
+        return RegressionObjective(X, y, metric=metric or self.metric, device=self.device,
+                                   scaling=self.scaling)
 
     def __init__(self, cfg: dict[str, Any], device: str | torch.device | None = None,
                  dist: Dist | None = None):
         self.metric = cfg["task"].get("metric") or "mse"
         if self.metric not in METRICS:
             raise ValueError(f"task.metric must be one of {list(METRICS)} for task=sr, got {self.metric!r}")
+        self.scaling = self._resolve_scaling(cfg, dist or Dist())
         super().__init__(cfg, device, dist)
 
+    def _resolve_scaling(self, cfg: dict[str, Any], dist: Dist) -> bool:
+        """``task.linear_scaling``: auto is on for mse/rmse, except where the rows are split across processes
+        (each rank would fit its own rows)."""
+        value = cfg["task"].get("linear_scaling", "auto")
+        shard_rows = dist.enabled and (cfg.get("dist") or {}).get("shard", "population") == "data"
+        if value in (None, "auto"):
+            return self.metric in ("mse", "rmse") and not shard_rows
+        if not isinstance(value, bool):
+            raise TypeError(f"task.linear_scaling must be true, false or auto, got {value!r}")
+        if value and self.metric == "mae":
+            raise ValueError("task.linear_scaling=true fits a + b * f by least squares, which "
+                             "task.metric=mae does not measure; use task.metric=mse|rmse or "
+                             "task.linear_scaling=false")
+        if value and shard_rows:
+            raise ValueError("task.linear_scaling=true needs every row in one process (the fit is over all "
+                             "rows); use dist.shard=population or task.linear_scaling=false")
+        return value
+
+    def _coefficients(self, trees: Population) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return self.train.coefficients(trees, simplify=True) if self.scaling else None
+
     def _extra_metrics(self, tree: Population, prefix: str, objective) -> dict[str, float]:
-        # R^2 of the tree: 1 - MSE / Var(y) (population variance, as sklearn's r2_score)
-        mse = tree.fitness(objective.data, metric="mse")
+        # R^2 of the model: 1 - MSE / Var(y) (population variance, as sklearn's r2_score)
+        coef = self._coefficients(tree)
+        if coef is None:
+            mse = tree.fitness(objective.data, metric="mse")
+        else:
+            a, b = coef
+            y = objective.data.y.double().reshape(len(objective.data.y), -1)
+            out = tree.forward(objective.data.X)[0].double().reshape(len(y), -1)
+            mse = (a + b * out - y).square().mean(0).mean().reshape(1)
         if isinstance(objective, RowShard):  # dist.shard=data: over all ranks' rows
             mse, var = float(objective.reduce(mse)[0]), objective.y_var
         else:
