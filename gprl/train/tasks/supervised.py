@@ -1,7 +1,8 @@
 """Symbolic regression and classification as training tasks: ``train.py task=sr|classification dataset=...``.
 
 The fitness is the estimators' (:mod:`gprl.objectives`): the fused regression loss on a prepared
-:class:`gprl.Dataset`, or softmax/sigmoid cross-entropy; lower is better (``maximize = False``). Every
+:class:`gprl.Dataset` (with ``task.linear_scaling``, of each output's least-squares a + b * tree, exported
+with the model), or softmax/sigmoid cross-entropy; lower is better (``maximize = False``). Every
 generation is also logged with the best tree's size and its held-out test score. The task keeps its own
 Pareto archive of training losses (best tree per length, checkpointed); at the end the model is picked from
 that front like the estimators do (``task.model_selection``) and exported as formulas
