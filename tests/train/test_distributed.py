@@ -167,12 +167,15 @@ def test_sr_population_shards_match_one_process_and_data_shards_are_close(tmp_pa
     torchrun(tmp_path, "two", 2, *SR)
     assert_same_run(tmp_path / "one", tmp_path / "two")
     assert (tmp_path / "one" / "model.py").read_text() == (tmp_path / "two" / "model.py").read_text()
-    # rows split over the ranks: float64 partial sums of float32 losses, equal up to rounding
+    assert json.loads((tmp_path / "two" / "model.json").read_text())["meta"]["linear_scaling"]
+    # rows split over the ranks (linear scaling auto: off, each rank holds only its rows): float64 partial
+    # sums of float32 losses, equal up to rounding to one process without the scaling
     torchrun(tmp_path, "rows", 2, *SR, "dist.shard=data")
-    a, b = metrics(tmp_path / "one")[0], metrics(tmp_path / "rows")[0]
+    run_train(tmp_path, "plain", *SR, "task.linear_scaling=false")
+    a, b = metrics(tmp_path / "plain")[0], metrics(tmp_path / "rows")[0]
     for key in ("best_loss", "train_r2", "test_loss", "test_r2"):
         assert b[key] == pytest.approx(a[key], rel=1e-5), key
-    assert (tmp_path / "rows" / "model.py").exists()
+    assert json.loads((tmp_path / "rows" / "model.json").read_text())["scaling"] is None
 
 
 def test_island_model_runs_the_same_over_two_processes(tmp_path):
