@@ -96,7 +96,7 @@ def test_sr_run_writes_every_file_and_model_py_reproduces_the_loss(tmp_path):
 
 
 def test_sr_linear_scaling_is_exported_and_off_gives_the_tree_itself(tmp_path):
-    """auto (mse): the model is a + b * tree, in model.py, model.json and the formulas; false: a = 0, b = 1."""
+    """auto (mse): the model is a + b * tree in model.py, model.json and the formulas; false: a = 0, b = 1."""
     data = datasets.load("koza_quartic")
     for setting in ("auto", "false"):
         train(tmp_path, setting, *SR, "gp.generations=3", f"task.linear_scaling={setting}")
