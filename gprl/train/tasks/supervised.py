@@ -93,9 +93,9 @@ class RowShard:
         """Per-tree means over this rank's rows → means over all rows (float64)."""
         return self.dist.sum(value.double() * self.n_local, "adding up the loss partial sums") / self.n_total
 
-    def __call__(self, population: Population) -> torch.Tensor:
+    def __call__(self, population: Population, coefficients=None) -> torch.Tensor:
         with self.dist.agree("evaluating the population on this rank's rows"):
-            local = self.local(population)
+            local = self.local(population, coefficients)  # given output scalings add up over rows too
         loss = self.reduce(local)
         return (loss.sqrt() if self.rmse else loss).float()
 
@@ -180,12 +180,8 @@ class SupervisedTask(Task):
         rows; None where the model is the trees' outputs."""
         return None
 
-    def _loss(self, objective, trees: Population) -> torch.Tensor:
-        """The loss of the trees as the exported model computes them (with the training rows' scaling)."""
-        coef = self._coefficients(trees)
-        return objective(trees) if coef is None else objective(trees, coef)
-
-    def _extra_metrics(self, tree: Population, prefix: str, objective) -> dict[str, float]:
+    def _extra_metrics(self, tree: Population, prefix: str, objective, coef=None) -> dict[str, float]:
+        """Metrics of one tree on ``objective``'s rows, read through ``coef`` (``_coefficients``)."""
         return {}
 
     def fingerprint(self) -> dict[str, Any]:
@@ -199,14 +195,15 @@ class SupervisedTask(Task):
         self.archive.update(population, loss)
         i = int(torch.argmin(loss))
         best = population[i]
+        coef = self._coefficients(best)
         finite = loss[torch.isfinite(loss)]
         metrics: dict[str, Any] = {"best_loss": float(loss[i]),
                                    "mean_loss": float(finite.mean()) if len(finite) else math.inf,
                                    "best_size": int(best.lengths()[0]),
-                                   **self._extra_metrics(best, "train", self.train)}
+                                   **self._extra_metrics(best, "train", self.train, coef)}
         if self.test is not None:
-            metrics["test_loss"] = float(self._loss(self.test, best)[0])
-            metrics.update(self._extra_metrics(best, "test", self.test))
+            metrics["test_loss"] = float(self.test(best, coef)[0])
+            metrics.update(self._extra_metrics(best, "test", self.test, coef))
         fitness = loss
         if self.parsimony:  # selection sees it; the archive and the metrics keep the plain loss
             fitness = loss + self.parsimony * population.lengths().float()
@@ -236,8 +233,9 @@ class SupervisedTask(Task):
             losses = self.train(trees, coef)
         complexity, train_loss = lengths.cpu().numpy(), losses.cpu().numpy().astype(np.float64)
         chosen = select_model(complexity, train_loss, self.model_selection)
-        test_loss = (self._loss(self.test, trees).cpu().numpy().astype(np.float64) if self.test is not None
-                     else np.full(len(trees), math.nan))
+        test_loss = (self.test(trees, coef).cpu().numpy().astype(np.float64) if self.test is not None
+                      else np.full(len(trees), math.nan))
+        chosen_coef = None if coef is None else tuple(c[chosen:chosen + 1] for c in coef)
         coef = None if coef is None else [c.cpu().numpy() for c in coef]
         score = pareto_scores(complexity, train_loss)
         cpu = trees.to("cpu")
@@ -250,10 +248,10 @@ class SupervisedTask(Task):
                  for k, (c, tl, te, s) in enumerate(zip(complexity, train_loss, test_loss, score))]
         tree = cpu[chosen]
         results = {"train_loss": float(train_loss[chosen]), "tree_length": int(complexity[chosen])}
-        results.update(self._extra_metrics(trees[chosen], "train", self.train))
+        results.update(self._extra_metrics(trees[chosen], "train", self.train, chosen_coef))
         if self.test is not None:
             results["test_loss"] = float(test_loss[chosen])
-            results.update(self._extra_metrics(trees[chosen], "test", self.test))
+            results.update(self._extra_metrics(trees[chosen], "test", self.test, chosen_coef))
         if not self.dist.is_main:  # every rank took part in the losses above; rank 0 writes the files
             return {"files": {}, "formulas": {}, "dataset": self.data.name, "front_size": len(front),
                     **results}
@@ -309,9 +307,8 @@ class SRTask(SupervisedTask):
     def _coefficients(self, trees: Population) -> tuple[torch.Tensor, torch.Tensor] | None:
         return self.train.coefficients(trees, simplify=True) if self.scaling else None
 
-    def _extra_metrics(self, tree: Population, prefix: str, objective) -> dict[str, float]:
+    def _extra_metrics(self, tree: Population, prefix: str, objective, coef=None) -> dict[str, float]:
         # R^2 of the model: 1 - MSE / Var(y) (population variance, as sklearn's r2_score)
-        coef = self._coefficients(tree)
         if coef is None:
             mse = tree.fitness(objective.data, metric="mse")
         else:
@@ -349,7 +346,7 @@ class ClassificationTask(SupervisedTask):
         codes = np.searchsorted(classes, y)
         return ClassificationObjective(X, codes, len(classes), metric=self.metric, device=self.device)
 
-    def _extra_metrics(self, tree: Population, prefix: str, objective) -> dict[str, float]:
+    def _extra_metrics(self, tree: Population, prefix: str, objective, coef=None) -> dict[str, float]:
         # the decision rule of SymbolicClassifier.predict and model.py: logit > 0, or the arg max
         out = tree.forward(objective.data.X)[0]
         pred = (out[:, 0] > 0).long() if objective.n_out == 1 else out.argmax(-1)
