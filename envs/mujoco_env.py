@@ -82,7 +82,7 @@ class ThreadedSim:
         self.qvel = np.zeros((num_envs, model.nv))
         self.ctrl = np.zeros((num_envs, model.nu))
         self.fields = {f: np.zeros((num_envs, *getattr(self.datas[0], f).shape)) for f in fields}
-        self.nthread = nthread or len(os.sched_getaffinity(0))
+        self.nthread = nthread
         self.pool = ThreadPoolExecutor(self.nthread) if self.nthread > 1 else None
 
     def _copy_out(self, i: int, d: Any) -> None:
@@ -163,9 +163,8 @@ class MujocoEnv(VecEnv):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         sim_cls = ThreadedSim if self.task.needs_rne_post else BatchSim
-        # the cores this process may run on (taskset, cgroup cpusets), not every core of the host
-        threads = len(os.sched_getaffinity(0)) if nthread is None else nthread
-        self.sim = sim_cls(self.model, num_envs, self.task.fields, threads)
+        # default: the cores this process may run on (taskset, cgroup cpusets), not every core of the host
+        self.sim = sim_cls(self.model, num_envs, self.task.fields, nthread or len(os.sched_getaffinity(0)))
         self._qpos, self._qvel, self._ctrl, self._fields = (
             self.sim.qpos,
             self.sim.qvel,

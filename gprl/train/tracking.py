@@ -20,17 +20,19 @@ def banner(cfg: dict[str, Any], device: str, run_dir: str, resumed_at: int | Non
     writes)."""
     gp, task = cfg["gp"], cfg["task"]["name"]
     if task == "policy":
+        from gprl.train.tasks.policy import racing_shares  # the policy task's own reading of env.racing
+
         env = cfg["env"]
         sched, n = env.get("episode_schedule") or {}, env.get("episodes", 1)
         final = env["episode_length"]
         start, ramp = sched.get("start") or final, sched.get("ramp_generations") or 0
         length = (f"episode length {start} -> {final} steps over {ramp} generations"
                   if ramp > 0 and start < final else f"episode length {final}")
-        racing = env.get("racing") or {}
-        if racing.get("horizon", 1) < 1 and racing.get("finalists", 1) < 1:
-            e = racing.get("episodes") or n
-            length += (f" (racing: every tree plays its first {racing['horizon']:.0%}, the best "
-                       f"{racing['finalists']:.0%} the whole episode" + (f", {e} times)" if e > 1 else ")"))
+        horizon, finalists, e = racing_shares(env.get("racing"))
+        if horizon < 1 and finalists < 1:
+            e = e or n
+            length += (f" (racing: every tree plays its first {horizon:.0%}, the best {finalists:.0%} the "
+                       "whole episode" + (f", {e} times)" if e > 1 else ")"))
         what = (f"task policy ({env['name']}), backend {env['backend']} on {device}, population "
                 f"{gp['population_size']}, {n} episode{'s' if n != 1 else ''} per tree, {length}")
     else:
