@@ -3,7 +3,7 @@
 For each (P, D) cell of ``scripts/bench_eval.py``'s setup: the time between CUDA events around one call (what
 bench_eval measures) of ``Population.fitness`` and of the raw ``gprl::fitness`` op, the same for a bare
 ``torch.empty`` (the floor of that measurement), the host time per call when calls are queued back to back,
-and the device time per call of each kernel (``torch.profiler``). With one long kernel ahead in the queue, the
+and the GPU time per call of each kernel (``torch.profiler``). With one long kernel ahead in the queue, the
 host's own cost per call (``blocked_host_us``: nothing waits for the GPU) and, behind it, the GPU's time per
 call once the host runs ahead (``gpu_bound_us``: kernels and the gaps between them). A call whose kernel time
 is far below its event time is bound by launch and host overhead; one whose kernel time dominates, by the
