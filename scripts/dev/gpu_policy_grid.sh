@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Several CPU policy searches side by side on the GPU machine's host cores (native MuJoCo, no GPU), each
-# pinned to its own cores with taskset: scripts/bench_policies.py per line of a spec file, then one merged
-# JSON document. GPU_CMD, when set, runs alongside on the GPU (with the CUDA kernel build) and its output
-# goes to $OUT/gpu.log.
+# Several policy searches side by side on one GPU machine, each pinned to its own host cores with taskset:
+# scripts/bench_policies.py per line of a spec file, then one merged JSON document. A line runs native MuJoCo
+# on its cores (no GPU), or Brax on one GPU of its own when its CORES column ends in /GPU. GPU_CMD, when set,
+# runs alongside and its output goes to $OUT/gpu.log.
 #
-# Usage: [GPU_CMD='...'] bash scripts/dev/gpu_policy_grid.sh [--out DIR] [--wheels DIR] SPEC
-#   SPEC lines: NAME CORES TASK[:SEED] BUDGET [Hydra overrides...]   e.g.
-#     walker_default 2-3 walker2d:1 400
-#     cheetah_race   4-5 halfcheetah 400 'env.racing={horizon: 0.25, finalists: 0.25}'
+# Usage: [GPU_CMD='...'] [KERNELS=DIR] bash scripts/dev/gpu_policy_grid.sh [--out DIR] [--wheels DIR] SPEC
+#   SPEC lines: NAME CORES[/GPU] TASK[:SEED] BUDGET [Hydra overrides...]   e.g.
+#     walker_default 2-3   walker2d:1 400
+#     cheetah_race   4-5   halfcheetah 400 'env.racing={horizon: 0.25, finalists: 0.25}'
+#     swimmer_brax   6-7/0 swimmer 300
+#   KERNELS: the CUDA kernels' build folder (GPRL_CACHE of the Brax runs; default .gprl_cache_gpu), built once
+#   before the Brax runs start; a folder built before on the same torch build is reused.
 # Writes grid.json (every run's record: evaluation, generations, steps, curve; a run still going or stopped
 # leaves its metrics.jsonl rows; rewritten every 20 s) and logs.txt (each run's tail). Each run gets its
-# BUDGET + 120 s before it is stopped.
+# BUDGET + 120 s (Brax: + 180 s) before it is stopped.
 set -uo pipefail
 source "$(dirname "$0")/gpu_common.sh"
 gpu_args "$@"; set -- "${ARGS[@]}"
@@ -20,19 +23,28 @@ gpu_install_wheels "$OUT/build.log"
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$OUT/build.log" 2>&1
 nproc | tee -a "$OUT/build.log"
 if [ -n "${GPU_CMD:-}" ]; then
-  ( GPRL_CACHE=$PWD/.gprl_cache_gpu bash -c "$GPU_CMD" >"$OUT/gpu.log" 2>&1 ) &
+  ( GPRL_CACHE=${KERNELS:-$PWD/.gprl_cache_gpu} bash -c "$GPU_CMD" >"$OUT/gpu.log" 2>&1 ) &
 fi
-# the CPU-only kernel build once, before the runs share it
-export GPRL_CACHE=$PWD/.gprl_cache_cpu
-CUDA_VISIBLE_DEVICES= gpu_build "$OUT/build.log"
+# the kernel builds once (CPU-only for the MuJoCo runs, CUDA for the Brax runs), before the runs share them
+KERNELS=${KERNELS:-$PWD/.gprl_cache_gpu}
+( CUDA_VISIBLE_DEVICES= GPRL_CACHE=$PWD/.gprl_cache_cpu gpu_build "$OUT/build.log" ) &
+cpu_build=$!
+if grep -qE '^[^#[:space:]]+[[:space:]]+[^[:space:]]+/[0-9]' "$SPEC"; then
+  GPRL_CACHE=$KERNELS gpu_build "$OUT/build.log"
+fi
+wait $cpu_build
 runs=(); pids=()
 while read -r name cores task budget rest; do
   [ -z "${name:-}" ] || [ "${name:0:1}" = "#" ] && continue
   eval "overrides=($rest)"
   seed=0; [[ "$task" == *:* ]] && { seed=${task#*:}; task=${task%%:*}; }
-  CUDA_VISIBLE_DEVICES= timeout $(( ${budget%.*} + 120 )) taskset -c "$cores" python3 scripts/bench_policies.py \
-    --backend mujoco --tasks "$task" --seeds "$seed" --budget "$budget" --out "/tmp/grid/$name" -- "${overrides[@]}" \
-    >"/tmp/grid_$name.log" 2>&1 &
+  backend=mujoco gpu= cache=$PWD/.gprl_cache_cpu limit=$(( ${budget%.*} + 120 ))
+  # a Brax run also compiles its environment twice (training, then the replay's batch of 10)
+  [[ "$cores" == */* ]] && { backend=brax gpu=${cores#*/} cores=${cores%/*} cache=$KERNELS; limit=$(( limit + 60 )); }
+  CUDA_VISIBLE_DEVICES=$gpu GPRL_CACHE=$cache XLA_PYTHON_CLIENT_PREALLOCATE=false \
+    timeout $limit taskset -c "$cores" python3 scripts/bench_policies.py \
+    --backend "$backend" --tasks "$task" --seeds "$seed" --budget "$budget" --out "/tmp/grid/$name" \
+    -- "${overrides[@]}" >"/tmp/grid_$name.log" 2>&1 &
   runs+=("$name"); pids+=($!)
 done <"$SPEC"
 
@@ -43,8 +55,8 @@ out, names = sys.argv[1], sys.argv[2:]
 doc = {}
 for name in names:
     try:
-        doc[name] = json.load(open(f"/tmp/grid/{name}/bench_policies_mujoco.json"))
-    except (OSError, ValueError):  # still running or stopped: its metrics so far
+        doc[name] = json.load(open(glob.glob(f"/tmp/grid/{name}/bench_policies_*.json")[0]))
+    except (IndexError, OSError, ValueError):  # still running or stopped: its metrics so far
         doc[name] = {"metrics": [json.loads(line) for f in glob.glob(f"/tmp/grid/{name}/*/*/*/metrics.jsonl")
                                  for line in open(f) if line.strip()]}
 json.dump(doc, open(f"{out}/grid.json", "w"))

@@ -166,7 +166,7 @@ def test_per_backend_defaults_fill_only_null_entries():
     assert brax["task"]["validation_episodes"] == 0
     mine = apply_backend_defaults({"env": {**env, "backend": "brax"}, "gp": {**gp, "population_size": 64},
                                    "task": {}})
-    assert mine["gp"]["population_size"] == 64 and mine["gp"]["time_limit"] == 480
+    assert mine["gp"]["population_size"] == 64 and mine["gp"]["time_limit"] == 400
     # tree bounds: the environment's, else the policies' fallback; a given value stays
     assert (brax["gp"]["max_len"], brax["gp"]["max_depth"]) == (64, 8)
     cheetah = OmegaConf.to_container(OmegaConf.load(hopper.with_name("halfcheetah.yaml")))
