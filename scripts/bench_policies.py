@@ -30,6 +30,9 @@ generalized pipeline, 1000-step episodes) as horizontal reference lines.
     python scripts/bench_policies.py --backend mujoco --budget 600 --out outputs/bench_policies
     python scripts/bench_policies.py --backend brax --tasks hopper swimmer --seeds 0 1 \
         -- gp.population_size=8192
+
+``--merge FILE ...`` runs nothing: it gathers the records of earlier documents (also of the runs side by side
+in ``scripts/dev/gpu_policy_grid.sh``'s grid.json) into one JSON document and PNG per backend in ``--out``.
 """
 
 from __future__ import annotations
@@ -198,7 +201,7 @@ def evaluate(record: dict[str, Any], episodes: int, seed: int) -> None:
 
 
 # ---------------------------------------------------------------- figure
-def plot(records: list[dict[str, Any]], tasks: list[str], backend: str, budget: float, path: Path) -> None:
+def plot(records: list[dict[str, Any]], tasks: list[str], backend: str, budget: str, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -209,17 +212,17 @@ def plot(records: list[dict[str, Any]], tasks: list[str], backend: str, budget: 
     fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4 * rows), squeeze=False)
     for ax, task in zip(axes.flat, tasks):
         for k, rec in enumerate(r for r in records if r["task"] == task):
-            color = f"C{k}"
+            color, name = f"C{k}", rec.get("label") or f"seed {rec['seed']}"
             pts = rec.get("curve") or []
             if pts:
                 # held until the process ends (validation and export come after the last generation)
                 xs, ys = [p["wall_s"] for p in pts] + [rec["wall_s"]], [p["best_so_far"] for p in pts]
                 ax.step(xs, ys + ys[-1:], where="post", color=color,
-                        label=f"seed {rec['seed']}: best training return")
+                        label=f"{name}: best training return")
             if "eval" in rec:
                 ev = rec["eval"]
                 ax.errorbar([rec["wall_s"]], [ev["mean"]], yerr=[ev["std"]], fmt="o", color=color, capsize=3,
-                            label=f"seed {rec['seed']}: exported policy, {ev['episodes']} fresh episodes")
+                            label=f"{name}: exported policy, {ev['episodes']} fresh episodes")
         if task in EVOGP_TABLE_VIII:
             ax.axhline(EVOGP_TABLE_VIII[task], color="k", ls="--", lw=1,
                        label=f"EvoGP Table VIII: {EVOGP_TABLE_VIII[task]:,.0f}")
@@ -231,11 +234,48 @@ def plot(records: list[dict[str, Any]], tasks: list[str], backend: str, budget: 
         ax.legend(fontsize=7, loc="best")
     for ax in list(axes.flat)[len(tasks):]:
         ax.axis("off")
-    fig.suptitle(f"gprl, {budget:g} s of evolution per run; EvoGP: population 5,000, Brax generalized, "
+    fig.suptitle(f"gprl, {budget}; EvoGP: population 5,000, Brax generalized, "
                  f"1000-step episodes", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# ---------------------------------------------------------------- merging earlier documents
+def merge(paths: list[str], out: Path) -> dict[str, Any]:
+    """One document and PNG per backend from the records of earlier documents (``grid.json:NAME,...``: those
+    runs of a grid); each record keeps the machine it ran on and the document it came from."""
+    docs = []
+    for arg in paths:
+        path, _, pick = arg.partition(".json:")
+        path = path + ".json" if pick else arg
+        doc = json.loads(Path(path).read_text())
+        named = [(None, doc)] if "records" in doc else [(k, d) for k, d in doc.items() if "records" in d]
+        if pick:
+            missing = set(pick.split(",")) - {k for k, _ in named}
+            if missing:
+                raise SystemExit(f"--merge: {path} has no finished run named {sorted(missing)}")
+            named = [(k, d) for k, d in named if k in pick.split(",")]
+        if not named:
+            raise SystemExit(f"--merge: {path} holds no bench_policies records")
+        docs += [(path, name, d) for name, d in named]
+    out.mkdir(parents=True, exist_ok=True)
+    merged = {}
+    for backend in sorted({d["backend"] for _, _, d in docs}):
+        records = [{**r, "source": f"{path}:{name}" if name else path, "machine": d["machine"],
+                    "overrides": d["overrides"], "label": f"seed {r['seed']}, {r['budget_s']:g} s, "
+                                                          f"{(d['machine'].get('gpus') or ['CPU'])[0]}"}
+                   for path, name, d in docs if d["backend"] == backend for r in d["records"]]
+        tasks = [t for t in TASKS if any(r["task"] == t for r in records)]
+        png = out / f"bench_policies_{backend}.png"
+        plot(records, tasks, backend, "seconds of evolution per run in the legend", png)
+        doc = {"benchmark": "policies", "backend": backend, "merged_from": paths, "tasks": tasks,
+               "evogp_table_viii": {"returns": EVOGP_TABLE_VIII, "population_size": 5000,
+                                    "pipeline": "brax generalized", "episode_length": 1000},
+               "records": records, "figure": str(png)}
+        (out / f"bench_policies_{backend}.json").write_text(json.dumps(doc, indent=1))
+        merged[backend] = doc
+    return {"records": [r for d in merged.values() for r in d["records"]], "merged": list(merged)}
 
 
 # ---------------------------------------------------------------- machine
@@ -280,7 +320,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--episodes", type=int, default=10, help="fresh episodes per exported policy")
     ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="seed of the first evaluation episode")
+    ap.add_argument("--merge", nargs="+", default=[], metavar="FILE.json[:NAME,...]",
+                    help="gather the records of these documents (or grid.json files, or some of their runs) "
+                         "instead of running")
     args = ap.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, Path(args.out))
     if args.budget <= 0 or args.episodes < 1:
         ap.error("--budget must be > 0 and --episodes >= 1")
     if any(o.lstrip("+").startswith(("gp.time_limit=", "env.backend=", "hydra.run.dir=", "seed=", "env="))
@@ -313,7 +358,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                 "pipeline": "brax generalized", "episode_length": 1000},
            "records": records}
     png = out / f"bench_policies_{args.backend}.png"
-    plot(records, args.tasks, args.backend, args.budget, png)
+    plot(records, args.tasks, args.backend, f"{args.budget:g} s of evolution per run", png)
     doc["figure"] = str(png)
     path = out / f"bench_policies_{args.backend}.json"
     path.write_text(json.dumps(doc, indent=1))

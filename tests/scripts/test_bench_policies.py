@@ -76,3 +76,19 @@ def test_one_mujoco_task_end_to_end(tmp_path, capsys):
     for extra in ([], ["--out", str(tmp_path / "other"), "--", "gp.time_limit=5"]):
         with pytest.raises(SystemExit):
             bench.main(["--out", str(out), "--tasks", "hopper", *extra])
+
+    # --merge gathers the records of a document and of a grid.json (name -> document) without running
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({"a": doc, "b": doc, "stopped": {"metrics": []}}))
+    merged_out = tmp_path / "merged"
+    bench.main(["--out", str(merged_out), "--merge", str(out / "bench_policies_mujoco.json"), f"{grid}:b"])
+    merged = json.loads((merged_out / "bench_policies_mujoco.json").read_text())
+    assert [r["source"] for r in merged["records"]] == [str(out / "bench_policies_mujoco.json"), f"{grid}:b"]
+    assert all(r["eval"] == rec["eval"] and r["machine"] == doc["machine"] for r in merged["records"])
+    assert merged["tasks"] == ["hopper"] and (merged_out / "bench_policies_mujoco.png").exists()
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"stopped": {"metrics": []}}))
+    for bad, match in ((str(empty), "no bench_policies records"),
+                       (f"{grid}:a,stopped", r"no finished run.*stopped")):
+        with pytest.raises(SystemExit, match=match):
+            bench.main(["--out", str(merged_out), "--merge", bad])
