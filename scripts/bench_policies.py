@@ -252,10 +252,11 @@ def merge(paths: list[str], out: Path) -> dict[str, Any]:
         doc = json.loads(Path(path).read_text())
         named = [(None, doc)] if "records" in doc else [(k, d) for k, d in doc.items() if "records" in d]
         if pick:
-            missing = set(pick.split(",")) - {k for k, _ in named}
+            wanted = set(pick.split(","))
+            missing = wanted - {k for k, _ in named}
             if missing:
                 raise SystemExit(f"--merge: {path} has no finished run named {sorted(missing)}")
-            named = [(k, d) for k, d in named if k in pick.split(",")]
+            named = [(k, d) for k, d in named if k in wanted]
         if not named:
             raise SystemExit(f"--merge: {path} holds no bench_policies records")
         docs += [(path, name, d) for name, d in named]
