@@ -145,6 +145,7 @@ class ActionMap:
 class PolicyEvaluation:
     returns: torch.Tensor  # [P] float64 mean return over the episodes
     episode_returns: torch.Tensor  # [P, E]
+    lengths: torch.Tensor  # [P] float64 mean episode length in steps
     env_steps: torch.Tensor  # scalar int64: live environment steps taken (on the device)
     batch_steps: int
     # with collect_stats: per environment, the live observations' count [N], sum and sum of squares
@@ -187,5 +188,5 @@ def evaluate_policies(population: Population, env: VecEnv, action_map: ActionMap
     res = rollout(env, policy, P, episodes, max_steps=max_steps, seed=seed)
     if stats is not None:
         stats.merge_envs(*acc)
-    return PolicyEvaluation(res.mean_return, res.returns, res.lengths.sum(), res.steps,
+    return PolicyEvaluation(res.mean_return, res.returns, res.mean_length, res.lengths.sum(), res.steps,
                             acc if collect else None)

@@ -24,6 +24,7 @@ class EnvSchema:
     episode_schedule: Any = None
     racing: Any = None  # {horizon, finalists, episodes} or null
     episodes: int = 1
+    reward_shift: float = 0.0  # subtracted from every step's reward in training only
     normalize_obs: bool = True
     action_transform: str = "auto"
     kwargs: Any = None

@@ -13,7 +13,7 @@ from gprl import envs
 from gprl.core.population import Population
 from gprl.core.seeds import mix_seed
 from gprl.rl.export import export_policy
-from gprl.rl.policy import ActionMap, ObsNormalizer, evaluate_policies
+from gprl.rl.policy import ActionMap, ObsNormalizer, PolicyEvaluation, evaluate_policies
 from gprl.train.checkpoint import population_from_state, population_state
 from gprl.train.distributed import Dist
 from gprl.train.tasks.base import Task
@@ -58,6 +58,11 @@ class PolicyTask(Task):
     final episodes average the finalists' returns over initial states. ``mean_return`` then mixes short and
     whole episodes; ``best_return`` is always a finalist's.
 
+    ``env.reward_shift`` is subtracted from every live step's reward in the search's fitness only (the
+    survival-bonus shift of Mania et al. 2018: where standing still earns a bonus per step, as on Hopper and
+    Walker2d, it stops being a resting point of the search); returns reported, validated and exported are the
+    environment's own.
+
     A hall of fame keeps the best tree of each generation with the normaliser it was scored under; at the end
     the candidates are validated on fresh episodes of full length and the best mean return is exported.
 
@@ -79,6 +84,10 @@ class PolicyTask(Task):
         if self.dist.enabled and backend == "genesis":
             raise ValueError("env.backend=genesis cannot be split across processes (it draws the reset noise "
                              "of the whole batch from one generator); run it in a single process")
+        self.reward_shift = float(env_cfg.get("reward_shift") or 0.0)
+        if not math.isfinite(self.reward_shift):
+            raise ValueError(f"env.reward_shift must be a finite number (subtracted from every step's reward "
+                             f"in training), got {self.reward_shift}")
         self.horizon, self.finalists, final_episodes = racing_shares(env_cfg.get("racing"))
         self.final_episodes = int(final_episodes or self.episodes)
         self.n_finalists = max(1, math.ceil(self.finalists * pop_size))
@@ -150,15 +159,17 @@ class PolicyTask(Task):
             self.normalizer.merge_envs(*(dist.gather(x, P, "gathering observation statistics", per=E)
                                          for x in ev.obs_stats))
         ret = dist.gather(ev.returns, P, "gathering the returns").to(population.device)
+        score = self._score(ret, ev, P, "")
         steps = dist.sum(ev.env_steps, "adding up env steps")
         scored = torch.arange(P, device=ret.device)  # the individuals whose return covers `length` steps
         if short < length:
-            ret, scored, final_steps = self._race(population, ret, mean, std, length, generation)
+            ret, score, scored, final_steps = self._race(population, ret, score, mean, std, length,
+                                                         generation)
             steps = steps + final_steps.to(steps.device)
         self.normalizer.freeze()  # the next generation sees this generation's observations too
-        i = int(scored[torch.argmax(torch.nan_to_num(ret[scored], nan=-math.inf))])
-        self._remember(population[i], mean, std, float(ret[i]), generation)
-        fitness = ret.float()
+        i = int(scored[torch.argmax(torch.nan_to_num(score[scored], nan=-math.inf))])
+        self._remember(population[i], mean, std, float(score[i]), float(ret[i]), generation)
+        fitness = score.float()
         if self.parsimony:
             fitness = fitness - self.parsimony * population.lengths().float()
         metrics = {"best_return": float(ret[i]), "mean_return": float(ret.mean()),
@@ -167,14 +178,23 @@ class PolicyTask(Task):
             metrics["racing_length"] = short
         return fitness, metrics
 
-    def _race(self, population: Population, ret: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
-              length: int, generation: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Plays the best short-episode scorers whole episodes; returns (returns, finalists, env steps).
+    def _score(self, ret: torch.Tensor, ev: PolicyEvaluation, n: int, what: str) -> torch.Tensor:
+        """The search's fitness of gathered returns: each live step's reward less ``env.reward_shift``."""
+        if not self.reward_shift:
+            return ret
+        lengths = self.dist.gather(ev.lengths, n, f"gathering the{what} episode lengths").to(ret.device)
+        return ret - self.reward_shift * lengths.to(ret.dtype)
+
+    def _race(self, population: Population, ret: torch.Tensor, score: torch.Tensor, mean: torch.Tensor,
+              std: torch.Tensor, length: int, generation: int
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Plays the best short-episode scorers whole episodes; returns (returns, scores, finalists, env
+        steps).
 
         Every rank holds the same gathered returns, hence the same finalists; a rank plays its contiguous
         share of them (finalist ``k``'s episodes reset from ``seed + k * episodes + e`` wherever it runs)."""
         K, E, dist = self.n_finalists, self.final_episodes, self.dist
-        top = torch.topk(torch.nan_to_num(ret, nan=-math.inf), K).indices
+        top = torch.topk(torch.nan_to_num(score, nan=-math.inf), K).indices
         a, b = dist.bounds(K)
         if self.final_env is None:
             self.final_env = envs.make(self.name, backend=self.backend, num_envs=(b - a) * E,
@@ -188,17 +208,18 @@ class PolicyTask(Task):
         if ev.obs_stats is not None:
             self.normalizer.merge_envs(*(dist.gather(x, K, "gathering the finalists' observations", per=E)
                                          for x in ev.obs_stats))
-        ret = ret.clone()
-        ret[top] = dist.gather(ev.returns, K, "gathering the finalists' returns").to(ret.device, ret.dtype)
-        return ret, top, dist.sum(ev.env_steps, "adding up the finalists' env steps")
+        final = dist.gather(ev.returns, K, "gathering the finalists' returns").to(ret.device, ret.dtype)
+        ret, score = ret.clone(), score.clone()
+        ret[top], score[top] = final, self._score(final, ev, K, " finalists'")
+        return ret, score, top, dist.sum(ev.env_steps, "adding up the finalists' env steps")
 
-    def _remember(self, tree: Population, mean, std, fitness: float, generation: int) -> None:
+    def _remember(self, tree: Population, mean, std, fitness: float, ret: float, generation: int) -> None:
         state = population_state(tree)
         if any(all(torch.equal(state[k], h["tree"][k]) for k in ("kind", "code", "out", "value"))
                and torch.equal(h["mean"], mean.cpu()) for h in self.hof):
             return
         self.hof.append({"tree": state, "mean": mean.cpu(), "std": std.cpu(), "fitness": fitness,
-                         "generation": generation})
+                         "return": ret, "generation": generation})
         self.hof.sort(key=lambda h: h["fitness"], reverse=True)
         self.hof = self.hof[: self.hof_size]
 
@@ -241,7 +262,7 @@ class PolicyTask(Task):
                     env.close()
                 returns = ev.returns.cpu()
         returns = dist.gather(returns, n, "gathering the validation returns", per=per)
-        rows = [{"generation": h["generation"], "train_return": h["fitness"],
+        rows = [{"generation": h["generation"], "train_return": h.get("return", h["fitness"]),
                  "validation_return": float(returns[starts[k]:starts[k] + sizes[k]].mean()),
                  "validation_seed": seed + starts[k], "validation_episodes": sizes[k]}
                 for k, h in enumerate(self.hof)]
@@ -254,14 +275,16 @@ class PolicyTask(Task):
         best, rows = self.validate()  # on every rank (each plays its share)
         h = self.hof[best]
         tree = population_from_state(h["tree"], "cpu")
-        result = {"validation_return": rows[best]["validation_return"], "train_return": h["fitness"],
+        result = {"validation_return": rows[best]["validation_return"],
+                  "train_return": rows[best]["train_return"],
                   "tree_length": int(tree.lengths()[0])}
         if not self.dist.is_main:
             return {"files": {}, "formulas": {}, **result}
         low = None if self.action_map.low is None else self.action_map.low.tolist()
         high = None if self.action_map.high is None else self.action_map.high.tolist()
         meta = {"env": self.name, "backend": self.backend, "episode_length": self.final_length,
-                "env_kwargs": self.env_kwargs, "generation": h["generation"], "train_return": h["fitness"],
+                "env_kwargs": self.env_kwargs, "generation": h["generation"],
+                "train_return": result["train_return"], "reward_shift": self.reward_shift,
                 "validation": rows[best], "candidates": rows}
         files = export_policy(out_dir, tree, h["mean"].tolist(), h["std"].tolist(), self.action_map.transform,
                               low, high, self.obs_names, self.action_names, meta, self.digits)
