@@ -24,7 +24,7 @@ class EnvSchema:
     episode_schedule: Any = None
     racing: Any = None  # {horizon, finalists, episodes} or null
     episodes: int = 1
-    reward_shift: float = 0.0  # subtracted from every step's reward in training only
+    reward_shift: float | None = None  # subtracted from every step's reward in training; null: 0
     normalize_obs: bool = True
     action_transform: str = "auto"
     kwargs: Any = None
