@@ -46,6 +46,7 @@ class TaskSchema:
     name: str = "policy"
     hall_of_fame: int = 8                  # policy
     validation_episodes: int | None = None  # policy
+    final_candidates: int | None = None     # policy: the last generation's best, validated too; null: 0
     digits: int = 4
     metric: str | None = None              # sr / classification: the training loss
     model_selection: str | None = None     # sr / classification: the rule on the Pareto front

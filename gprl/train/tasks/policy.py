@@ -64,7 +64,9 @@ class PolicyTask(Task):
     environment's own.
 
     A hall of fame keeps the best tree of each generation with the normaliser it was scored under; at the end
-    the candidates are validated on fresh episodes of full length and the best mean return is exported.
+    its trees and the last generation's best ``final_candidates`` (single training episodes reward lucky
+    starts: the most robust of a good generation is often not its best) are validated on fresh episodes of
+    full length, and the best mean return is exported.
 
     Distributed (``dist``): a rank steps only the environments of its shard of individuals (environment
     ``p * E + e`` of the whole batch resets from ``seed + p * E + e`` wherever it runs); returns and the
@@ -74,7 +76,7 @@ class PolicyTask(Task):
 
     def __init__(self, env_cfg: dict[str, Any], pop_size: int, seed: int, device: torch.device,
                  parsimony: float = 0.0, hall_of_fame: int = 8, validation_episodes: int | None = 10,
-                 digits: int = 4, dist: Dist | None = None):
+                 final_candidates: int = 0, digits: int = 4, dist: Dist | None = None):
         name = env_cfg["name"]
         backend = env_cfg.get("backend", "auto")
         self.episodes = int(env_cfg.get("episodes", 1))
@@ -122,9 +124,14 @@ class PolicyTask(Task):
         if validation_episodes is not None and validation_episodes < 0:
             raise ValueError("task.validation_episodes must be >= 0 (0: fill the training batch), "
                              f"got {validation_episodes}")
-        self.validation_episodes = validation_episodes
+        if isinstance(final_candidates, bool) or not isinstance(final_candidates, int) \
+                or final_candidates < 0:
+            raise ValueError("task.final_candidates must be an integer >= 0 (the last generation's best "
+                             f"trees validated beside the hall of fame), got {final_candidates!r}")
+        self.validation_episodes, self.final_candidates = validation_episodes, final_candidates
         self.env_kwargs = kwargs
         self.hof: list[dict[str, Any]] = []  # best per generation: tree state, mean, std, fitness, generation
+        self.last: dict[str, Any] | None = None  # the last generation's best trees, in one tree state
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any], device: str | None, dist: Dist | None = None) -> PolicyTask:
@@ -134,7 +141,8 @@ class PolicyTask(Task):
                              "population (dist.shard=population)")
         return cls(cfg["env"], pop_size=int(gp["population_size"]), seed=int(cfg["seed"]), device=device,
                    parsimony=float(gp.get("parsimony") or 0.0), hall_of_fame=int(task.get("hall_of_fame", 8)),
-                   validation_episodes=task.get("validation_episodes"), digits=int(task.get("digits", 4)),
+                   validation_episodes=task.get("validation_episodes"),
+                   final_candidates=int(task.get("final_candidates") or 0), digits=int(task.get("digits", 4)),
                    dist=dist)
 
     def fingerprint(self) -> dict[str, Any]:
@@ -169,6 +177,12 @@ class PolicyTask(Task):
         self.normalizer.freeze()  # the next generation sees this generation's observations too
         i = int(scored[torch.argmax(torch.nan_to_num(score[scored], nan=-math.inf))])
         self._remember(population[i], mean, std, float(score[i]), float(ret[i]), generation)
+        if self.final_candidates:
+            k = min(self.final_candidates, len(scored))
+            top = scored[torch.topk(torch.nan_to_num(score[scored], nan=-math.inf), k).indices]
+            self.last = {"tree": population_state(population[top.to(population.device)]), "mean": mean.cpu(),
+                         "std": std.cpu(), "fitness": score[top].tolist(), "return": ret[top].tolist(),
+                         "generation": generation}
         fitness = score.float()
         if self.parsimony:
             fitness = fitness - self.parsimony * population.lengths().float()
@@ -213,10 +227,15 @@ class PolicyTask(Task):
         ret[top], score[top] = final, self._score(final, ev, K, " finalists'")
         return ret, score, top, dist.sum(ev.env_steps, "adding up the finalists' env steps")
 
+    @staticmethod
+    def _held(state: dict[str, Any], mean: torch.Tensor, held: list[dict[str, Any]]) -> bool:
+        """Whether ``held`` has this tree under the same normaliser."""
+        return any(all(torch.equal(state[k], h["tree"][k]) for k in ("kind", "code", "out", "value"))
+                   and torch.equal(h["mean"], mean.cpu()) for h in held)
+
     def _remember(self, tree: Population, mean, std, fitness: float, ret: float, generation: int) -> None:
         state = population_state(tree)
-        if any(all(torch.equal(state[k], h["tree"][k]) for k in ("kind", "code", "out", "value"))
-               and torch.equal(h["mean"], mean.cpu()) for h in self.hof):
+        if self._held(state, mean, self.hof):
             return
         self.hof.append({"tree": state, "mean": mean.cpu(), "std": std.cpu(), "fitness": fitness,
                          "return": ret, "generation": generation})
@@ -224,21 +243,37 @@ class PolicyTask(Task):
         self.hof = self.hof[: self.hof_size]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"normalizer": self.normalizer.state_dict(), "hof": list(self.hof)}
+        return {"normalizer": self.normalizer.state_dict(), "hof": list(self.hof), "last": self.last}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.normalizer.load_state_dict(state["normalizer"])
-        self.hof = state["hof"]
+        self.hof, self.last = state["hof"], state.get("last")
 
-    def validate(self) -> tuple[int, list[dict[str, Any]]]:
-        """Mean return of every hall-of-fame tree on fresh full-length episodes; returns (best index, rows).
+    def candidates(self) -> list[dict[str, Any]]:
+        """The hall of fame, then the last generation's best trees it does not hold (``final_candidates``)."""
+        cands = [{**h, "source": "hall_of_fame"} for h in self.hof]
+        last = self.last
+        if last and self.final_candidates:
+            pop = population_from_state(last["tree"], "cpu")
+            for j in range(min(len(pop), self.final_candidates)):
+                state = population_state(pop[j:j + 1])
+                if not self._held(state, last["mean"], cands):
+                    cands.append({"tree": state, "mean": last["mean"], "std": last["std"],
+                                  "fitness": last["fitness"][j], "return": last["return"][j],
+                                  "generation": last["generation"], "source": "last_generation"})
+        return cands
+
+    def validate(self, cands: list[dict[str, Any]] | None = None) -> tuple[int, list[dict[str, Any]]]:
+        """Mean return of every candidate (default :meth:`candidates`) on fresh full-length episodes;
+        returns (best index, rows).
 
         Candidate k plays a contiguous block of episodes (environments ``start_k ..``), so its episodes start
         from seeds ``seed + start_k + e``, which ``scripts/replay.py --reproduce`` replays. With
         ``validation_episodes=0`` the blocks fill the training batch and the training environment is reused
         (no second compilation on Brax). Distributed, each rank plays its contiguous share of the N episodes
         (its training shard when the training environments are reused)."""
-        K, dist = len(self.hof), self.dist
+        cands = self.candidates() if cands is None else cands
+        K, dist = len(cands), self.dist
         N = K * self.validation_episodes if self.validation_episodes else max(K, self.total_envs)
         reuse = N == self.total_envs
         n, per = (self.pop_size, self.episodes) if reuse else (N, 1)  # n items of per episodes each
@@ -248,32 +283,34 @@ class PolicyTask(Task):
         index = torch.repeat_interleave(torch.arange(K), torch.tensor(sizes))[a:b]
         seed = self._seed(0x5EED, 1)
         returns = torch.zeros(0, dtype=torch.float64)
-        with dist.agree("validating the hall of fame"):
+        with dist.agree("validating the candidates"):
             if b > a:
                 env = self.env if reuse else envs.make(self.name, backend=self.backend, num_envs=b - a,
                                                        device=self.device, seed=self.seed,
                                                        episode_length=self.final_length, **self.env_kwargs)
-                trees = Population.cat([population_from_state(h["tree"], "cpu") for h in self.hof])[index]
-                mean = torch.stack([h["mean"] for h in self.hof])[index].to(self.device)
-                std = torch.stack([h["std"] for h in self.hof])[index].to(self.device)
+                trees = Population.cat([population_from_state(h["tree"], "cpu") for h in cands])[index]
+                mean = torch.stack([h["mean"] for h in cands])[index].to(self.device)
+                std = torch.stack([h["std"] for h in cands])[index].to(self.device)
                 ev = evaluate_policies(trees.to(self.device), env, self.action_map, mean, std, 1,
                                        self.final_length, seed=seed + a)
                 if not reuse:
                     env.close()
                 returns = ev.returns.cpu()
         returns = dist.gather(returns, n, "gathering the validation returns", per=per)
-        rows = [{"generation": h["generation"], "train_return": h.get("return", h["fitness"]),
+        rows = [{"generation": h["generation"], "source": h["source"],
+                 "train_return": h.get("return", h["fitness"]),
                  "validation_return": float(returns[starts[k]:starts[k] + sizes[k]].mean()),
                  "validation_seed": seed + starts[k], "validation_episodes": sizes[k]}
-                for k, h in enumerate(self.hof)]
+                for k, h in enumerate(cands)]
         best = int(np.nanargmax([r["validation_return"] for r in rows]))
         return best, rows
 
     def finish(self, population: Population, fitness: torch.Tensor | None, out_dir: str) -> dict[str, Any]:
         if not self.hof:
             raise RuntimeError("no generation was evaluated: nothing to export")
-        best, rows = self.validate()  # on every rank (each plays its share)
-        h = self.hof[best]
+        cands = self.candidates()
+        best, rows = self.validate(cands)  # on every rank (each plays its share)
+        h = cands[best]
         tree = population_from_state(h["tree"], "cpu")
         result = {"validation_return": rows[best]["validation_return"],
                   "train_return": rows[best]["train_return"],

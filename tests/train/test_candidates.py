@@ -1,0 +1,76 @@
+"""task.final_candidates: the last generation's best trees are validated beside the hall of fame."""
+
+import pytest
+import torch
+
+import gprl
+from gprl import envs
+from gprl.rl.policy import evaluate_policies
+from gprl.train.checkpoint import population_from_state, population_state
+from gprl.train.tasks.policy import PolicyTask
+
+pytest.importorskip("mujoco")
+
+P, LENGTH = 16, 50
+
+
+def make_task(final_candidates, hall_of_fame=2) -> PolicyTask:
+    cfg = {"name": "hopper", "backend": "mujoco", "episode_length": LENGTH, "kwargs": {"nthread": 1}}
+    return PolicyTask(cfg, pop_size=P, seed=4, device="cpu", hall_of_fame=hall_of_fame, validation_episodes=3,
+                      final_candidates=final_candidates)
+
+
+def key(state) -> tuple[bytes, ...]:
+    return tuple(bytes(state[k].numpy()) for k in ("kind", "code", "out", "value"))
+
+
+def test_the_last_generations_best_join_the_hall_of_fame_and_are_validated_alike():
+    task = make_task(5)
+    try:
+        for g in range(3):
+            pop = gprl.Population.random(P, task.n_in, task.n_out, max_len=32, seed=10 + g)
+            fitness, _ = task.evaluate(pop, generation=g)
+        cands = task.candidates()
+        hof = [c for c in cands if c["source"] == "hall_of_fame"]
+        last = [c for c in cands if c["source"] == "last_generation"]
+        assert len(hof) == 2 and 1 <= len(last) <= 5 and all(c["generation"] == 2 for c in last)
+        # the last generation's five best by fitness, less any tree the hall of fame already holds
+        top = torch.topk(fitness, 5).indices.tolist()
+        held = {key(h["tree"]) for h in hof if torch.equal(h["mean"], last[0]["mean"])}
+        want = [j for j in top if key(population_state(pop[j:j + 1])) not in held]
+        assert [c["fitness"] for c in last] == pytest.approx([float(fitness[j]) for j in want])
+
+        best, rows = task.validate(cands)
+        assert [r["source"] for r in rows] == [c["source"] for c in cands]
+        env = envs.make("hopper", backend="mujoco", num_envs=3, seed=0, episode_length=LENGTH, nthread=1)
+        try:
+            for c, r in zip(cands, rows):  # each candidate's block of episodes, replayed on its own
+                tree = population_from_state(c["tree"], "cpu")
+                ev = evaluate_policies(tree, env, task.action_map, c["mean"], c["std"], 3, LENGTH,
+                                       seed=r["validation_seed"])
+                assert r["validation_return"] == pytest.approx(float(ev.returns[0]), rel=1e-9)
+        finally:
+            env.close()
+        assert rows[best]["validation_return"] == max(r["validation_return"] for r in rows)
+    finally:
+        task.close()
+
+
+def test_off_by_default_kept_through_a_checkpoint_and_checked():
+    plain = make_task(0)
+    try:
+        plain.evaluate(gprl.Population.random(P, plain.n_in, plain.n_out, max_len=32, seed=1), 0)
+        assert plain.last is None and [c["source"] for c in plain.candidates()] == ["hall_of_fame"]
+    finally:
+        plain.close()
+    a, b = make_task(3), make_task(3)
+    try:
+        a.evaluate(gprl.Population.random(P, a.n_in, a.n_out, max_len=32, seed=2), 0)
+        b.load_state_dict(a.state_dict())
+        assert [c["fitness"] for c in b.candidates()] == [c["fitness"] for c in a.candidates()]
+    finally:
+        a.close()
+        b.close()
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="task.final_candidates"):
+            make_task(bad)
