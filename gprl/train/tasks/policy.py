@@ -130,7 +130,8 @@ class PolicyTask(Task):
                              f"trees validated beside the hall of fame), got {final_candidates!r}")
         self.validation_episodes, self.final_candidates = validation_episodes, final_candidates
         self.env_kwargs = kwargs
-        self.hof: list[dict[str, Any]] = []  # best per generation: tree state, mean, std, fitness, generation
+        # best per generation: tree state, mean, std, fitness (the search's), return, generation
+        self.hof: list[dict[str, Any]] = []
         self.last: dict[str, Any] | None = None  # the last generation's best trees, in one tree state
 
     @classmethod
