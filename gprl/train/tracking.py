@@ -35,6 +35,8 @@ def banner(cfg: dict[str, Any], device: str, run_dir: str, resumed_at: int | Non
                        "whole episode" + (f", {e} times)" if e > 1 else ")"))
         what = (f"task policy ({env['name']}), backend {env['backend']} on {device}, population "
                 f"{gp['population_size']}, {n} episode{'s' if n != 1 else ''} per tree, {length}")
+        if env.get("reward_shift"):
+            what += f", fitness the return less {env['reward_shift']:g} a step"
     else:
         data = cfg.get("dataset") or {}
         what = (f"task {task} ({data.get('name') or data.get('path')}) on {device}, "

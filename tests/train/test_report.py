@@ -36,7 +36,8 @@ def test_banner_and_learning_curve(tmp_path):
     banner = [ln for ln in res.stdout.splitlines() if ln.startswith("gprl: ")]
     assert len(banner) == 2, res.stdout
     for field in ("task policy (hopper)", "backend mujoco on cpu", "population 12", "1 episode per tree",
-                  "episode length 30 -> 60 steps over 2 generations"):
+                  "episode length 30 -> 60 steps over 2 generations",
+                  "fitness the return less 1 a step"):  # Hopper's MuJoCo default reward_shift
         assert field in banner[0], (field, banner[0])
     for field in ("budget 3 generations or 600 s", f"run directory {run}", "W&B offline"):
         assert field in banner[1], (field, banner[1])
