@@ -176,11 +176,11 @@ class PolicyTask(Task):
                                                          generation)
             steps = steps + final_steps.to(steps.device)
         self.normalizer.freeze()  # the next generation sees this generation's observations too
-        i = int(scored[torch.argmax(torch.nan_to_num(score[scored], nan=-math.inf))])
+        ranked = torch.nan_to_num(score[scored], nan=-math.inf)
+        i = int(scored[torch.argmax(ranked)])
         self._remember(population[i], mean, std, float(score[i]), float(ret[i]), generation)
         if self.final_candidates:
-            k = min(self.final_candidates, len(scored))
-            top = scored[torch.topk(torch.nan_to_num(score[scored], nan=-math.inf), k).indices]
+            top = scored[torch.topk(ranked, min(self.final_candidates, len(scored))).indices]
             self.last = {"tree": population_state(population[top.to(population.device)]), "mean": mean.cpu(),
                          "std": std.cpu(), "fitness": score[top].tolist(), "return": ret[top].tolist(),
                          "generation": generation}
