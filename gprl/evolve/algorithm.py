@@ -101,6 +101,7 @@ class GeneticProgramming:
         self.device = canonical_device(device)
         self.seed = seed_from(seed)
         self.generation = 0
+        self.fresh_at = 0  # the generation whose population is a fresh random one (init or restart)
         self.archive = ParetoArchive(n_in, n_out, c.max_len, self.device)
         self.es = ConstantES(c.es_centers, c.es_pairs, c.es_sigma, c.es_step, c.max_len, self.device) \
             if c.es_centers else None
@@ -120,16 +121,26 @@ class GeneticProgramming:
             float(p.const_sigma), float(p.const_prob), *(float(c) for c in p.const_range),
             float(p.output_prob), p.grow_leaf_prob(n_in))
 
-    def init(self) -> Population:
-        """A random initial population (``init_method`` over depths ``init_depth``)."""
+    def init(self, run: int = 0) -> Population:
+        """A random initial population (``init_method`` over depths ``init_depth``); ``run`` > 0 draws
+        another one (a restart's)."""
         lo, hi = self.params.const_range
+        seed = mix_seed(self.seed, 0xA11CE) if run == 0 else mix_seed(self.seed, 0xA11CE, run)
         return Population.random(self.pop_size, self.n_in, self.n_out, max_len=self.max_len,
                                  functions=self.functions, method=self.init_method,
                                  min_depth=self.init_depth[0], max_depth=self.init_depth[1],
                                  const_prob=self.params.const_prob,
                                  const_range=(lo, hi), output_prob=self.params.output_prob,
                                  every_output=self.config.init_every_output,
-                                 seed=mix_seed(self.seed, 0xA11CE), device=self.device)
+                                 seed=seed, device=self.device)
+
+    def restart(self, population: Population, fitness: torch.Tensor) -> Population:
+        """In place of :meth:`step`: archives ``population`` and starts the search again from a fresh random
+        population (counted as a generation; the archive and the caller's records span the restarts)."""
+        self.archive.update(population, S.loss_of(fitness, self.maximize))
+        self.generation += 1
+        self.fresh_at = self.generation
+        return self.init(run=self.generation)
 
     def _operators(self, generation: int, copies: int) -> torch.Tensor:
         """The operator of each child: copy for the first ``copies`` children of every island (elites and
@@ -186,7 +197,8 @@ class GeneticProgramming:
                              f"got {P}")
         g = self.generation
         loss = raw = S.loss_of(fitness, self.maximize)
-        pairs = self.es is not None and g > 0 and P == self.pop_size  # rows the strategy made last step
+        # rows the strategy made last step (none in a fresh random population)
+        pairs = self.es is not None and g != self.fresh_at and P == self.pop_size
         if pairs:  # they inform the strategy's step, not selection or elitism
             loss = self.es.hide_pairs(raw)
         sel_loss = S.with_parsimony(loss, population.lengths(), self.parsimony) if self.parsimony else loss

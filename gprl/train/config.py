@@ -37,6 +37,7 @@ GPSchema = make_dataclass("GPSchema", [
     ("generations", Optional[int], field(default=None)),  # noqa: UP045
     ("time_limit", Optional[float], field(default=None)),  # noqa: UP045
     ("target_return", Optional[float], field(default=None)),  # noqa: UP045
+    ("restarts", Optional[int], field(default=None)),  # noqa: UP045
     *((name, kind, value) for name, kind, value in hydra_fields() if name != "population_size"),
 ])
 

@@ -43,7 +43,9 @@ def banner(cfg: dict[str, Any], device: str, run_dir: str, resumed_at: int | Non
                 f"population {gp['population_size']}")
     stops = [f"{gp['generations']} generations" if gp.get("generations") else "",
              f"{gp['time_limit']:g} s" if gp.get("time_limit") else ""]
-    start = f", resuming at generation {resumed_at}" if resumed_at is not None else ""
+    runs = gp.get("restarts") or 1
+    start = (f" in {runs} runs from fresh populations" if runs > 1 else "") + \
+        (f", resuming at generation {resumed_at}" if resumed_at is not None else "")
     return (f"gprl: {what}\n"
             f"gprl: budget {' or '.join(s for s in stops if s)}{start}; run directory {run_dir}; "
             f"W&B {(cfg.get('wandb') or {}).get('mode', 'offline')}")

@@ -281,6 +281,10 @@ class Run:
         _check_positive("gp.time_limit", gp_cfg.get("time_limit"))
         if gp_cfg.get("generations") is None and gp_cfg.get("time_limit") is None:
             raise ValueError("set gp.generations or gp.time_limit (or both): the run needs a stopping rule")
+        restarts = gp_cfg.get("restarts")
+        if restarts is not None and (isinstance(restarts, bool) or not isinstance(restarts, int)
+                                     or restarts < 1):
+            raise ValueError(f"gp.restarts must be an integer >= 1 (1: no restart) or null, got {restarts!r}")
         self.every = int(cfg.get("checkpoint_every", 5))
         if self.every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {self.every}")
@@ -362,6 +366,7 @@ class Run:
         if state is None:
             self.population = self.share(gp.init() if self.main else None)
             self.start, elapsed_before, self.total_steps, self.wandb_id = 0, 0.0, 0, None
+            self.run_index = 0  # which of the gp.restarts runs the search is in
             self.best_so_far = -math.inf if task.maximize else math.inf
             self.resume_changes: list[dict[str, Any]] = []
             if self.main:
@@ -374,6 +379,7 @@ class Run:
             gp.archive.trees = population_from_state(state["archive_trees"], gp.device)
             task.load_state_dict(state["task"])
             elapsed_before, self.total_steps = state["elapsed"], state["total_env_steps"]
+            self.run_index, gp.fresh_at = state.get("restart", (0, 0))
             self.best_so_far, self.wandb_id = state["best_so_far"], state.get("wandb_id")
             # every continuation with changed settings, in order (the run's record of them)
             self.resume_changes = [*state.get("resume_changes", []),
@@ -449,8 +455,23 @@ class Run:
         new = None
         with self.dist.agree("varying the population"):
             if self.main:
-                new = gp.step(population, fitness)
+                new = gp.restart(population, fitness) if self.restart_due() else gp.step(population, fitness)
         return self.share(new)
+
+    def restart_due(self) -> bool:
+        """Whether the search has used up its run's share of the budget (``gp.restarts``): of the time limit
+        or of the generations, whichever is further used. Rank 0's clock decides (it alone varies)."""
+        runs = int(self.gp_cfg.get("restarts") or 1)
+        if runs == 1:
+            return False
+        limit, generations = self.gp_cfg.get("time_limit"), self.gp_cfg.get("generations")
+        done = max(int(self.search.elapsed() * runs / limit) if limit else 0,  # shares used up
+                   (self.gp.generation + 1) * runs // generations if generations else 0)
+        run = min(runs - 1, done)
+        if run <= self.run_index:
+            return False
+        self.run_index = run
+        return True
 
     def snapshot(self, generation: int) -> dict[str, Any] | None:
         """The consistent state *before* evaluating ``generation`` (rank 0; None elsewhere)."""
@@ -464,7 +485,7 @@ class Run:
                 "archive_trees": population_state(self.gp.archive.trees),
                 "task": self.task.state_dict(), "elapsed": self.search.elapsed(),
                 "total_env_steps": self.total_steps, "best_so_far": self.best_so_far,
-                "wandb_id": self.tracker.run_id}
+                "restart": (self.run_index, self.gp.fresh_at), "wandb_id": self.tracker.run_id}
 
     def checkpoint(self, snap: dict[str, Any] | None) -> None:
         if snap is not None:
