@@ -111,8 +111,8 @@ def simplify_within(expr: sympy.Expr, seconds: float) -> sympy.Expr | None:
         raise _OutOfTime
 
     previous = signal.signal(signal.SIGALRM, out_of_time)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
+    try:  # the timer starts inside: a short bound can fire before sympy is even called
+        signal.setitimer(signal.ITIMER_REAL, seconds)
         return sympy.simplify(expr)
     except _OutOfTime:
         return None
