@@ -50,7 +50,7 @@ class GPConfig:
     """Deepest tree variation may make (<= 64; 0: no bound)."""
     selection: str = field(default="tournament", metadata=_schema(str))
     """Parent selection, one of ``gprl.selection.SELECTIONS`` (lexicase needs per-case errors in ``step``)."""
-    tournament_size: int = field(default=7, metadata=_schema(int))
+    tournament_size: int = field(default=7, metadata=_schema(Optional[int]))  # noqa: UP045
     truncation_fraction: float = field(default=0.5, metadata=_schema(float))
     rank_pressure: float = field(default=1.5, metadata=_schema(float))
     lexicase_epsilon: Any = field(default="mad", metadata=_schema(Any))

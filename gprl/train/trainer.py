@@ -77,13 +77,13 @@ def uses_env(cfg: dict[str, Any]) -> bool:
     return (cfg.get("task") or {}).get("name", "policy") == "policy"
 
 
-# tree bounds of policies whose environment sets none (configs/gp/default.yaml leaves them null)
-POLICY_TREE_BOUNDS = {"max_len": 64, "max_depth": 8}
+# settings of policies whose environment sets none (configs/gp/default.yaml leaves them null)
+POLICY_GP_DEFAULTS = {"max_len": 64, "max_depth": 8, "tournament_size": 5}
 
 
 def apply_backend_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Fill ``null`` entries of ``gp``/``env`` from ``env.per_backend[<resolved backend>]``, then the tree
-    bounds still null from ``POLICY_TREE_BOUNDS``."""
+    """Fill ``null`` entries of ``gp``/``env`` from ``env.per_backend[<resolved backend>]``, then the
+    settings still null from ``POLICY_GP_DEFAULTS``."""
     if not uses_env(cfg):
         return cfg
     env_cfg = cfg.get("env") or {}
@@ -100,7 +100,7 @@ def apply_backend_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
         for key, value in (defaults.get(section) or {}).items():
             if cfg[section].get(key) is None:
                 cfg[section][key] = value
-    for key, value in POLICY_TREE_BOUNDS.items():
+    for key, value in POLICY_GP_DEFAULTS.items():
         if cfg["gp"].get(key) is None:
             cfg["gp"][key] = value
     return cfg

@@ -167,13 +167,18 @@ def test_per_backend_defaults_fill_only_null_entries():
     mine = apply_backend_defaults({"env": {**env, "backend": "brax"}, "gp": {**gp, "population_size": 64},
                                    "task": {}})
     assert mine["gp"]["population_size"] == 64 and mine["gp"]["time_limit"] == 400
-    # tree bounds: the environment's, else the policies' fallback; a given value stays
-    assert (brax["gp"]["max_len"], brax["gp"]["max_depth"]) == (64, 8)
+    # tree bounds and tournament: the environment's, else the policies' fallback; a given value stays
+    assert (brax["gp"]["max_len"], brax["gp"]["max_depth"], brax["gp"]["tournament_size"]) == (64, 8, 5)
     cheetah = OmegaConf.to_container(OmegaConf.load(hopper.with_name("halfcheetah.yaml")))
     cpu = apply_backend_defaults({"env": {**cheetah, "backend": "mujoco"},
                                   "gp": {**gp, "max_len": None, "max_depth": 10}, "task": {}})
     assert (cpu["gp"]["max_len"], cpu["gp"]["max_depth"]) == (128, 10)
     assert cpu["env"]["racing"] == {"horizon": 0.25, "finalists": 0.25}
+    fast = apply_backend_defaults({"env": {**cheetah, "backend": "brax"}, "gp": dict(gp), "task": {}})
+    assert (fast["gp"]["population_size"], fast["gp"]["tournament_size"]) == (4096, 20)
+    mine = apply_backend_defaults({"env": {**cheetah, "backend": "brax"}, "gp": {**gp, "tournament_size": 3},
+                                   "task": {}})
+    assert mine["gp"]["tournament_size"] == 3
     if torch.cuda.is_available():
         return  # auto may pick Brax on a GPU machine
     auto = apply_backend_defaults({"env": dict(env), "gp": dict(gp), "task": {}})
