@@ -28,6 +28,7 @@ class EnvSchema:
     normalize_obs: bool = True
     action_transform: str = "auto"
     kwargs: Any = None
+    train_kwargs: Any = None  # the training environments' alone, over kwargs (validation and export: kwargs)
     per_backend: dict[str, Any] = field(default_factory=dict)
 
 

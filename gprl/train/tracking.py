@@ -37,6 +37,8 @@ def banner(cfg: dict[str, Any], device: str, run_dir: str, resumed_at: int | Non
                 f"{gp['population_size']}, {n} episode{'s' if n != 1 else ''} per tree, {length}")
         if env.get("reward_shift"):
             what += f", fitness the return less {env['reward_shift']:g} a step"
+        if env.get("train_kwargs"):
+            what += f", training environments with {dict(env['train_kwargs'])}"
     else:
         data = cfg.get("dataset") or {}
         what = (f"task {task} ({data.get('name') or data.get('path')}) on {device}, "

@@ -101,9 +101,11 @@ class PolicyTask(Task):
         self.shard = self.dist.bounds(pop_size)  # the individuals this rank evaluates
         self.total_envs = pop_size * self.episodes
         kwargs = dict(env_cfg.get("kwargs") or {})
+        # e.g. {reset_noise_scale: ...}: the search sees wider initial states, validation the env's own
+        self.train_kwargs = {**kwargs, **(env_cfg.get("train_kwargs") or {})}
         self.env = envs.make(name, backend=backend, num_envs=(self.shard[1] - self.shard[0]) * self.episodes,
                              device=device, seed=int(seed), episode_length=env_cfg.get("episode_length"),
-                             **kwargs)
+                             **self.train_kwargs)
         self.name, self.backend, self.seed, self.pop_size = name, self.env.backend, int(seed), pop_size
         self.device = self.env.device
         self.final_length = int(self.env.episode_length)
@@ -214,7 +216,7 @@ class PolicyTask(Task):
         if self.final_env is None:
             self.final_env = envs.make(self.name, backend=self.backend, num_envs=(b - a) * E,
                                        device=self.device, seed=self.seed, episode_length=self.final_length,
-                                       **self.env_kwargs)
+                                       **self.train_kwargs)
         with dist.agree("racing the finalists"):
             mine = population[top[a:b].to(population.device)]
             ev = evaluate_policies(mine, self.final_env, self.action_map, mean, std, E, length,
@@ -271,12 +273,13 @@ class PolicyTask(Task):
         Candidate k plays a contiguous block of episodes (environments ``start_k ..``), so its episodes start
         from seeds ``seed + start_k + e``, which ``scripts/replay.py --reproduce`` replays. With
         ``validation_episodes=0`` the blocks fill the training batch and the training environment is reused
-        (no second compilation on Brax). Distributed, each rank plays its contiguous share of the N episodes
-        (its training shard when the training environments are reused)."""
+        (no second compilation on Brax) unless ``env.train_kwargs`` made it differ. Distributed, each rank
+        plays its contiguous share of the N episodes (its training shard when the training environments are
+        reused)."""
         cands = self.candidates() if cands is None else cands
         K, dist = len(cands), self.dist
         N = K * self.validation_episodes if self.validation_episodes else max(K, self.total_envs)
-        reuse = N == self.total_envs
+        reuse = N == self.total_envs and self.train_kwargs == self.env_kwargs
         n, per = (self.pop_size, self.episodes) if reuse else (N, 1)  # n items of per episodes each
         a, b = (x * per for x in dist.bounds(n))  # this rank's episodes [a, b) of the N
         sizes = [N // K + (1 if k < N % K else 0) for k in range(K)]
