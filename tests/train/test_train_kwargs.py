@@ -39,7 +39,7 @@ def test_training_plays_the_train_kwargs_and_validation_the_environments_own(tmp
         wide, own = play(task, pop, 1, seed, **WIDE), play(task, pop, 1, seed)
         torch.testing.assert_close(fitness.double(), wide.float().double())
         assert not torch.allclose(wide, own)  # the wider starts change the returns
-        best, rows = task.validate()
+        _, rows = task.validate()
         h = task.candidates()[0]
         tree = population_from_state(h["tree"], "cpu")
         again = play(task, tree, 3, rows[0]["validation_seed"], h["mean"], h["std"])
