@@ -183,6 +183,12 @@ def formula_nodes(run_dir: Path, digits: int) -> dict[str, Any]:
             "formulas_match_export": same}
 
 
+def mean_std(returns: list[float]) -> tuple[float, float]:
+    """Mean and population standard deviation of the episodes' returns."""
+    mean = sum(returns) / len(returns)
+    return mean, math.sqrt(sum((x - mean) ** 2 for x in returns) / len(returns))
+
+
 def evaluate(record: dict[str, Any], episodes: int, seed: int) -> None:
     run_dir = Path(record["run_dir"])
     if not (run_dir / "policy.json").exists():
@@ -191,9 +197,7 @@ def evaluate(record: dict[str, Any], episodes: int, seed: int) -> None:
     try:
         fn = evaluate_brax if record["backend"] == "brax" else evaluate_gymnasium
         ev = fn(run_dir, episodes, seed)
-        r = ev["returns"]
-        mean = sum(r) / len(r)
-        std = math.sqrt(sum((x - mean) ** 2 for x in r) / len(r))
+        mean, std = mean_std(ev["returns"])
         record["eval"] = {**ev, "episodes": episodes, "seed": seed, "mean": mean, "std": std}
         record.update(formula_nodes(run_dir, int(record.get("digits") or 4)))
     except Exception as exc:  # noqa: BLE001  report it and go on with the other runs

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import sys
 import tempfile
 from pathlib import Path
@@ -45,8 +44,7 @@ def main(grid: Path, out: Path) -> None:
         name = path.relative_to(grid).parts[0]
         try:
             returns = replay(path.parent, record, kwargs)
-            mean = sum(returns) / len(returns)
-            std = math.sqrt(sum((r - mean) ** 2 for r in returns) / len(returns))
+            mean, std = bench.mean_std(returns)
             results[name] = {"mean": mean, "std": std, "returns": returns}
         except Exception as exc:  # noqa: BLE001  report it and go on with the other runs
             results[name] = {"error": repr(exc)}
