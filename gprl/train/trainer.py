@@ -233,7 +233,7 @@ class Run:
                 how = " by SIGTERM" if isinstance(err, Terminated) else ""
                 print(f"\ninterrupted{how}: checkpoint written; continue with resume={self.run_dir}"
                       if self.phase == "evolve" else
-                      f"\ninterrupted during validation/export: the checkpoint of generation "
+                      f"\ninterrupted during refinement/validation/export: the checkpoint of generation "
                       f"{self.result.generation} is intact; continue with resume={self.run_dir} to redo them")
             raise SystemExit(_exit_code(err)) from None
         except BaseException:
@@ -387,8 +387,11 @@ class Run:
                                      if self.changes else [])]
             if self.main:
                 _truncate_metrics(self.metrics_path, self.start)
+        limit = self.gp_cfg.get("time_limit")
+        # task.refine's share of the time limit comes after the generations
         self.search = Evolution([gp], task.evaluate, generations=self.gp_cfg.get("generations"),
-                                time_limit=self.gp_cfg.get("time_limit"), elapsed_before=elapsed_before,
+                                time_limit=limit and limit * (1 - task.refine_share),
+                                elapsed_before=elapsed_before,
                                 step=self.vary, agree=self.agree_on_stop)
 
     def share(self, population: Population | None) -> Population:
@@ -464,7 +467,7 @@ class Run:
         runs = int(self.gp_cfg.get("restarts") or 1)
         if runs == 1:
             return False
-        limit, generations = self.gp_cfg.get("time_limit"), self.gp_cfg.get("generations")
+        limit, generations = self.search.time_limit, self.gp_cfg.get("generations")
         done = max(int(self.search.elapsed() * runs / limit) if limit else 0,  # shares used up
                    (self.gp.generation + 1) * runs // generations if generations else 0)
         run = min(runs - 1, done)
@@ -495,17 +498,20 @@ class Run:
 
     # ---- the finish ----
     def finish(self) -> dict[str, Any]:
-        """Validation and export (every rank takes part; rank 0 writes), the summary, the curve and W&B."""
+        """Refinement (the rest of the time limit), validation and export (every rank takes part; rank 0
+        writes), the summary, the curve and W&B."""
         self.phase = "finish"
         cfg, task, tracker, result, run_dir = self.cfg, self.task, self.tracker, self.result, self.run_dir
         g = result.generation
         fitness = None if result.fitness is None else result.fitness[0]
+        limit = self.gp_cfg.get("time_limit")
+        refined = task.refine(None if limit is None else limit - self.search.elapsed())
         exported = task.finish(result.populations[0], fitness, str(run_dir))
         files = exported.pop("files")
         wcfg = cfg.get("wandb") or {}
         summary = {"stopped_by": result.stopped_by, "generations": g, "total_env_steps": self.total_steps,
                    f"best_train_{task.score_name}": self.best_so_far, "elapsed_s": self.search.elapsed(),
-                   **exported, "run_dir": str(run_dir),
+                   **refined, **exported, "run_dir": str(run_dir),
                    "wandb": {"id": tracker.run_id, "mode": tracker.mode,
                              "project": wcfg.get("project", "gprl"), "entity": wcfg.get("entity")},
                    "files": {k: os.path.basename(v) for k, v in files.items()},

@@ -20,6 +20,7 @@ class Task(abc.ABC):
     obs_names: list[str] | None = None
     score_name: str = "return"  # the metrics key "best_<score_name>" is the generation's best score
     artifact: str = "policy"    # the W&B artifact name of the exported files
+    refine_share: float = 0.0   # the share of gp.time_limit that :meth:`refine` takes from the evolution
 
     @classmethod
     @abc.abstractmethod
@@ -43,6 +44,11 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def finish(self, population: Population, fitness: torch.Tensor | None, out_dir: str) -> dict[str, Any]:
         """Pick and export the best individual into ``out_dir``; returns a summary incl. ``files``."""
+
+    def refine(self, seconds: float | None) -> dict[str, Any]:
+        """Work on the search's result between the generations and ``finish`` for ``seconds`` (None: the
+        task's own budget); returns what to report (empty: nothing done)."""
+        return {}
 
     def state_dict(self) -> dict[str, Any]:
         return {}

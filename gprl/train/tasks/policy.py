@@ -14,6 +14,7 @@ from gprl.core.population import Population
 from gprl.core.seeds import mix_seed
 from gprl.rl.export import export_policy
 from gprl.rl.policy import ActionMap, ObsNormalizer, PolicyEvaluation, evaluate_policies
+from gprl.rl.refine import RefineSettings, fold, refine
 from gprl.train.checkpoint import population_from_state, population_state
 from gprl.train.distributed import Dist
 from gprl.train.tasks.base import Task
@@ -66,7 +67,9 @@ class PolicyTask(Task):
     A hall of fame keeps the best tree of each generation with the normaliser it was scored under; at the end
     its trees and the last generation's best ``final_candidates`` (single training episodes reward lucky
     starts: the most robust of a good generation is often not its best) are validated on fresh episodes of
-    full length, and the best mean return is exported.
+    full length, and the best mean return is exported. With ``task.refine`` (:mod:`gprl.rl.refine`) the
+    validated best also gets a linear feedback term tuned by random search in the last ``share`` of the time
+    limit, and joins the candidates.
 
     Distributed (``dist``): a rank steps only the environments of its shard of individuals (environment
     ``p * E + e`` of the whole batch resets from ``seed + p * E + e`` wherever it runs); returns and the
@@ -76,7 +79,8 @@ class PolicyTask(Task):
 
     def __init__(self, env_cfg: dict[str, Any], pop_size: int, seed: int, device: torch.device,
                  parsimony: float = 0.0, hall_of_fame: int = 8, validation_episodes: int | None = 10,
-                 final_candidates: int = 0, digits: int = 4, dist: Dist | None = None):
+                 final_candidates: int = 0, digits: int = 4, dist: Dist | None = None,
+                 refine: dict[str, Any] | None = None):
         name = env_cfg["name"]
         backend = env_cfg.get("backend", "auto")
         self.episodes = int(env_cfg.get("episodes", 1))
@@ -131,6 +135,9 @@ class PolicyTask(Task):
             raise ValueError("task.final_candidates must be an integer >= 0 (the last generation's best "
                              f"trees validated beside the hall of fame), got {final_candidates!r}")
         self.validation_episodes, self.final_candidates = validation_episodes, final_candidates
+        self.refine_settings = RefineSettings.from_config(refine)
+        self.refine_share = self.refine_settings.share if self.refine_settings else 0.0
+        self.validated: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None  # by refine()
         self.env_kwargs = kwargs
         # best per generation: tree state, mean, std, fitness (the search's), return, generation
         self.hof: list[dict[str, Any]] = []
@@ -146,7 +153,7 @@ class PolicyTask(Task):
                    parsimony=float(gp.get("parsimony") or 0.0), hall_of_fame=int(task.get("hall_of_fame", 8)),
                    validation_episodes=task.get("validation_episodes"),
                    final_candidates=int(task.get("final_candidates") or 0), digits=int(task.get("digits", 4)),
-                   dist=dist)
+                   dist=dist, refine=task.get("refine"))
 
     def fingerprint(self) -> dict[str, Any]:
         return {"task": "policy", "env": self.name, "obs_dim": self.n_in, "n_out": self.n_out,
@@ -309,11 +316,52 @@ class PolicyTask(Task):
         best = int(np.nanargmax([r["validation_return"] for r in rows]))
         return best, rows
 
+    def refine(self, seconds: float | None) -> dict[str, Any]:
+        """Validates the candidates, then tunes a linear term on the best (:mod:`gprl.rl.refine`; rank 0,
+        on training episodes) and validates the folded tree as one more candidate, kept for ``finish``."""
+        settings = self.refine_settings
+        if settings is None or not self.hof or (seconds is not None and seconds <= 0):
+            return {}
+        cands = self.candidates()
+        best, rows = self.validate(cands)
+        h, found = cands[best], None
+        with self.dist.agree("refining the best tree"):
+            if self.dist.is_main:
+                reuse = settings.pairs is None and not self.dist.enabled
+                env = self.env if reuse else envs.make(
+                    self.name, backend=self.backend, num_envs=2 * (settings.pairs or self.total_envs // 2),
+                    device=self.device, seed=self.seed, episode_length=self.final_length, **self.train_kwargs)
+                tree = population_from_state(h["tree"], "cpu")
+                shift = self.reward_shift
+                done = refine(tree, env, self.action_map, h["mean"], h["std"], settings, seconds,
+                              self._seed(0x5EED, 2),
+                              score=(lambda r, n: r - shift * n) if shift else None,
+                              log=lambda line: print(f"gprl: {line}", flush=True))
+                if not reuse:
+                    env.close()
+                last = [row["mean_score"] for row in done.history[-5:]]
+                found = {"tree": population_state(fold(tree, done.weights)), "mean": h["mean"],
+                         "std": h["std"],
+                         "fitness": float(np.mean(last)) if last else math.nan,
+                         "generation": h["generation"], "source": "refined",
+                         "refinement": {"iterations": done.iterations, "seconds": round(done.seconds, 1)}}
+        found = self.dist.broadcast_object(found, "sharing the refined tree")
+        _, new = self.validate([found])
+        self.validated = (cands + [found], rows + new)
+        done = found["refinement"]
+        return {"refine_iterations": done["iterations"], "refine_s": done["seconds"],
+                "refined_validation_return": new[0]["validation_return"],
+                "unrefined_validation_return": rows[best]["validation_return"]}
+
     def finish(self, population: Population, fitness: torch.Tensor | None, out_dir: str) -> dict[str, Any]:
         if not self.hof:
             raise RuntimeError("no generation was evaluated: nothing to export")
-        cands = self.candidates()
-        best, rows = self.validate(cands)  # on every rank (each plays its share)
+        if self.validated is not None:
+            cands, rows = self.validated
+            best = int(np.nanargmax([r["validation_return"] for r in rows]))
+        else:
+            cands = self.candidates()
+            best, rows = self.validate(cands)  # on every rank (each plays its share)
         h = cands[best]
         tree = population_from_state(h["tree"], "cpu")
         result = {"validation_return": rows[best]["validation_return"],

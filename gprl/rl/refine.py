@@ -1,0 +1,148 @@
+"""Linear refinement of a tree policy: random search over a linear term added to every output.
+
+The tree's outputs ``y(x)`` (``x`` the normalised observations) get a linear feedback term,
+
+    y'(x) = y(x) + W x + b          (W, b: [n_out, n_in + 1], starting at 0),
+
+tuned by Augmented Random Search (Mania et al. 2018, V1-t): each iteration plays ``pairs`` antithetic
+perturbations ``(W, b) ± sigma·δ`` one episode each, from fresh initial states, and steps along the ``top``
+directions whose better member scored highest,
+
+    (W, b) ← (W, b) + step / (top · σ_R) · Σ (r⁺ − r⁻) · δ          (σ_R: the std of those 2·top returns).
+
+Evolution finds a gait's structure in few nodes; the dense feedback on every observation, averaged over many
+initial states, is what makes it hold from all of them, which single-episode selection of trees rarely
+finds. :func:`fold` writes the result as one tree (the tree's formulas plus the linear terms), so validation,
+export and replay treat it like any other.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import sympy
+import torch
+
+from gprl.core.population import Population
+from gprl.envs import VecEnv, rollout
+from gprl.rl.policy import ActionMap
+
+REFINE_KEYS = ("share", "iterations", "pairs", "top", "sigma", "step")
+
+
+@dataclass(frozen=True)
+class RefineSettings:
+    """``task.refine``: ``share`` of ``gp.time_limit`` taken from the evolution's end, ``iterations`` (a cap;
+    the budget where no time limit is set), ``pairs`` of perturbations per iteration (null: half the training
+    batch, whose environments are then reused), the ``top`` pairs that step, ``sigma`` and ``step``."""
+
+    share: float = 0.0
+    iterations: int | None = None
+    pairs: int | None = 16
+    top: int | None = None  # null: every pair
+    sigma: float = 0.03
+    step: float = 0.02
+
+    @classmethod
+    def from_config(cls, refine: dict[str, Any] | bool | None) -> RefineSettings | None:
+        """None where refinement is off (``null``, ``false`` or ``{}``)."""
+        if refine is None or refine is False or refine == {}:
+            return None
+        if not isinstance(refine, dict):
+            raise TypeError(f"task.refine must be a mapping with keys {list(REFINE_KEYS)}, false or null, "
+                             f"got {refine!r}")
+        unknown = set(refine) - set(REFINE_KEYS)
+        if unknown:
+            raise ValueError(f"task.refine takes {list(REFINE_KEYS)}, got unknown {sorted(unknown)}")
+        s = cls(**{k: v for k, v in refine.items() if v is not None or k in ("pairs", "top")})
+        if not (isinstance(s.share, (int, float)) and 0 <= s.share < 1):
+            raise ValueError(f"task.refine.share must be in [0, 1) (the share of gp.time_limit given to "
+                             f"refinement), got {s.share!r}")
+        for name in ("iterations", "pairs", "top"):
+            v = getattr(s, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"task.refine.{name} must be a positive integer or null, got {v!r}")
+        for name in ("sigma", "step"):
+            v = getattr(s, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
+                raise ValueError(f"task.refine.{name} must be a positive number, got {v!r}")
+        if s.pairs is not None and s.top is not None and s.top > s.pairs:
+            raise ValueError(f"task.refine.top ({s.top}) must be at most task.refine.pairs ({s.pairs})")
+        if not s.share and s.iterations is None:
+            raise ValueError("task.refine needs a budget: share (of gp.time_limit) or iterations")
+        return s
+
+
+@dataclass
+class Refinement:
+    weights: torch.Tensor  # [n_out, n_in + 1] float64: W, then b
+    iterations: int
+    seconds: float
+    history: list[dict[str, float]]  # per iteration: mean score of the perturbations
+
+
+@torch.no_grad()
+def refine(tree: Population, env: VecEnv, action_map: ActionMap, mean: torch.Tensor, std: torch.Tensor,
+           settings: RefineSettings, seconds: float | None, seed: int,
+           score: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+           log: Callable[[str], None] | None = None) -> Refinement:
+    """Tunes the linear term of one tree (``tree``: a one-tree Population) on ``env`` (``2·pairs`` or more
+    environments: a last odd one plays the current policy) for ``seconds`` or ``settings.iterations``,
+    whichever ends first. ``score(returns, lengths)`` is the search's fitness (default: the returns).
+    Iteration ``i`` resets from ``seed + i``-derived seeds; the perturbations come from a generator seeded
+    by ``seed``, so a run is reproducible."""
+    n_in, n_out, dev = tree.n_in, tree.n_out, env.device
+    pairs = settings.pairs or env.num_envs // 2
+    if 2 * pairs > env.num_envs:
+        raise ValueError(f"refinement needs 2 * pairs = {2 * pairs} environments, the env has {env.num_envs}")
+    top = min(settings.top or pairs, pairs)
+    K = env.num_envs
+    tree = tree.to(dev)
+    mean, std = mean.to(dev), std.to(dev)
+    gen = torch.Generator().manual_seed(int(seed))
+    w = torch.zeros(n_out, n_in + 1, dtype=torch.float64)
+    history: list[dict[str, float]] = []
+    start, it = time.perf_counter(), 0
+    limit = settings.iterations or math.inf
+    while it < limit and (seconds is None or time.perf_counter() - start < seconds):
+        delta = torch.randn(pairs, n_out, n_in + 1, generator=gen, dtype=torch.float64)
+        rows = [w + settings.sigma * delta, w - settings.sigma * delta, w[None].expand(K - 2 * pairs, -1, -1)]
+        cand = torch.cat(rows).to(dev, torch.float32)  # [K, n_out, n_in + 1]
+
+        def policy(obs: torch.Tensor, cand: torch.Tensor = cand) -> torch.Tensor:  # obs [K, 1, n_in]
+            x = (obs - mean) / std
+            y = tree.forward(x.reshape(-1, n_in), check_finite=False).reshape(K, 1, n_out)
+            y = y + torch.einsum("kei,koi->keo", x, cand[:, :, :n_in]) + cand[:, None, :, n_in]
+            return action_map(y)
+
+        res = rollout(env, policy, K, 1, seed=(int(seed) + 7919 * (it + 1)) % (2**31 - 1 - K))
+        r = res.returns[:, 0] if score is None else score(res.returns[:, 0], res.lengths[:, 0].double())
+        r = torch.nan_to_num(r.cpu().double(), nan=-math.inf)
+        plus, minus = r[:pairs], r[pairs:2 * pairs]
+        keep = torch.topk(torch.maximum(plus, minus), top).indices
+        chosen = torch.cat([plus[keep], minus[keep]])
+        sd = chosen.std() if top > 1 else (plus[keep] - minus[keep]).abs().mean()
+        if torch.isfinite(chosen).all() and sd > 0:
+            diff = (plus[keep] - minus[keep])[:, None, None]
+            w = w + settings.step / (top * sd) * (diff * delta[keep]).sum(0)
+        it += 1
+        history.append({"iteration": it, "mean_score": float(r[:2 * pairs].mean())})
+        if log is not None and (it == 1 or it % 25 == 0):
+            log(f"refine: iteration {it}, perturbations' mean {history[-1]['mean_score']:.1f}, "
+                f"{time.perf_counter() - start:.0f} s")
+    return Refinement(w, it, time.perf_counter() - start, history)
+
+
+def fold(tree: Population, weights: torch.Tensor) -> Population:
+    """One tree computing ``tree``'s outputs plus ``W x + b`` (``weights`` [n_out, n_in + 1]), built from
+    the outputs' exact expressions; weights are rounded to float32, the constants the tree stores."""
+    exprs = tree.to_sympy(0, protected=True)
+    xs = [sympy.Symbol(f"x{i}", real=True) for i in range(tree.n_in)]
+    w = weights.float().double().tolist()
+    folded = [e + sum((sympy.Float(c) * x for c, x in zip(row[:-1], xs) if c != 0.0), sympy.Float(row[-1]))
+              for e, row in zip(exprs, w)]
+    return Population.from_expressions([folded], n_in=tree.n_in)
