@@ -36,8 +36,9 @@ REFINE_KEYS = ("share", "iterations", "pairs", "top", "sigma", "step")
 
 @dataclass(frozen=True)
 class RefineSettings:
-    """``task.refine``: ``share`` of ``gp.time_limit`` taken from the evolution's end, ``iterations`` (a cap;
-    the budget where no time limit is set), ``pairs`` of perturbations per iteration (null: half the training
+    """``task.refine``: ``share`` of the search's time (the last share of ``gp.time_limit``; a search that
+    generations or a target ended refines for ``share / (1 - share)`` of its evolution time), ``iterations``
+    (a cap, or the budget without a share), ``pairs`` of perturbations per iteration (null: half the training
     batch, whose environments are then reused), the ``top`` pairs that step, ``sigma`` and ``step``."""
 
     share: float = 0.0
@@ -73,7 +74,7 @@ class RefineSettings:
         if s.pairs is not None and s.top is not None and s.top > s.pairs:
             raise ValueError(f"task.refine.top ({s.top}) must be at most task.refine.pairs ({s.pairs})")
         if not s.share and s.iterations is None:
-            raise ValueError("task.refine needs a budget: share (of gp.time_limit) or iterations")
+            raise ValueError("task.refine needs a budget: share (of the search's time) or iterations")
         return s
 
 

@@ -48,9 +48,11 @@ def banner(cfg: dict[str, Any], device: str, run_dir: str, resumed_at: int | Non
     runs = gp.get("restarts") or 1
     refine = (cfg["task"].get("refine") or {}) if task == "policy" else {}
     if refine:
+        share = refine.get("share") or 0
         stops.append("then the linear refinement of the best tree" + (
-            f" in the last {refine['share']:.0%} of the time" if refine.get("share") and gp.get("time_limit")
-            else f" for {refine.get('iterations')} iterations"))
+            f" in the last {share:.0%} of the time" if share and gp.get("time_limit") else
+            f" for {share / (1 - share):.2g}x the evolution's time" if share else
+            f" for {refine.get('iterations')} iterations"))
     start = (f" in {runs} runs from fresh populations" if runs > 1 else "") + \
         (f", resuming at generation {resumed_at}" if resumed_at is not None else "")
     return (f"gprl: {what}\n"

@@ -504,8 +504,7 @@ class Run:
         cfg, task, tracker, result, run_dir = self.cfg, self.task, self.tracker, self.result, self.run_dir
         g = result.generation
         fitness = None if result.fitness is None else result.fitness[0]
-        limit = self.gp_cfg.get("time_limit")
-        refined = task.refine(None if limit is None else limit - self.search.elapsed())
+        refined = task.refine(self.refine_seconds())
         exported = task.finish(result.populations[0], fitness, str(run_dir))
         files = exported.pop("files")
         wcfg = cfg.get("wandb") or {}
@@ -533,6 +532,17 @@ class Run:
         tracker.log_artifact(task.artifact, task.artifact, list(files.values()))
         tracker.log_artifact("checkpoint", "checkpoint", [str(p) for p in list_checkpoints(run_dir)[-1:]])
         return summary
+
+    def refine_seconds(self) -> float | None:
+        """The refinement's time (``task.refine.share``): ``share / (1 - share)`` of the evolution's, so the
+        last share of ``gp.time_limit`` where that ended it, less where generations or a target did; None
+        without a share (its iterations alone)."""
+        share, evolved = self.task.refine_share, self.search.elapsed()
+        if not share:
+            return None
+        limit = self.gp_cfg.get("time_limit")
+        seconds = evolved * share / (1 - share)
+        return seconds if limit is None else min(seconds, limit - evolved)
 
     def close(self, outcome: str) -> None:
         """The teardown for every way a run ends (``outcome``: "done", "interrupted" or "failed"). After a

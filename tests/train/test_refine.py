@@ -103,3 +103,17 @@ def test_the_task_validates_the_refined_tree_and_exports_the_best(tmp_path):
         assert out["validation_return"] == best["validation_return"]
     finally:
         task.close()
+
+
+def test_a_search_ended_by_its_generations_refines_for_its_share_of_that_time(tmp_path):
+    from tests.train.helpers import TINY, run_train
+
+    run_train(tmp_path, "run", *TINY, "gp.generations=2", "gp.time_limit=600", "wandb.mode=disabled",
+              "progress=false", "task.refine={share: 0.5, pairs: 2}")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert summary["stopped_by"] == "generations" and summary["refine_iterations"] >= 1
+    # share 0.5: as long as the evolution (its last generation's clock, plus the last variation), not 300 s
+    assert summary["refine_s"] < rows[-1]["elapsed_s"] + 3
+    record = json.loads((tmp_path / "run" / "policy.json").read_text())
+    assert record["meta"]["candidates"][-1]["source"] == "refined"
