@@ -61,7 +61,7 @@ class RefineSettings:
             raise ValueError(f"task.refine takes {list(REFINE_KEYS)}, got unknown {sorted(unknown)}")
         s = cls(**{k: v for k, v in refine.items() if v is not None or k in ("pairs", "top")})
         if not (isinstance(s.share, (int, float)) and 0 <= s.share < 1):
-            raise ValueError(f"task.refine.share must be in [0, 1) (the share of gp.time_limit given to "
+            raise ValueError(f"task.refine.share must be in [0, 1) (the share of the search's time given to "
                              f"refinement), got {s.share!r}")
         for name in ("iterations", "pairs", "top"):
             v = getattr(s, name)

@@ -388,7 +388,7 @@ class Run:
             if self.main:
                 _truncate_metrics(self.metrics_path, self.start)
         limit = self.gp_cfg.get("time_limit")
-        # task.refine's share of the time limit comes after the generations
+        # task.refine's share of the time limit comes after the generations (refine_seconds)
         self.search = Evolution([gp], task.evaluate, generations=self.gp_cfg.get("generations"),
                                 time_limit=limit and limit * (1 - task.refine_share),
                                 elapsed_before=elapsed_before,
@@ -498,8 +498,8 @@ class Run:
 
     # ---- the finish ----
     def finish(self) -> dict[str, Any]:
-        """Refinement (the rest of the time limit), validation and export (every rank takes part; rank 0
-        writes), the summary, the curve and W&B."""
+        """Refinement (``task.refine``), validation and export (every rank takes part; rank 0 writes), the
+        summary, the curve and W&B."""
         self.phase = "finish"
         cfg, task, tracker, result, run_dir = self.cfg, self.task, self.tracker, self.result, self.run_dir
         g = result.generation

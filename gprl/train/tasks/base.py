@@ -20,7 +20,7 @@ class Task(abc.ABC):
     obs_names: list[str] | None = None
     score_name: str = "return"  # the metrics key "best_<score_name>" is the generation's best score
     artifact: str = "policy"    # the W&B artifact name of the exported files
-    refine_share: float = 0.0   # the share of gp.time_limit that :meth:`refine` takes from the evolution
+    refine_share: float = 0.0   # the share of the search's time that :meth:`refine` takes after the evolution
 
     @classmethod
     @abc.abstractmethod
