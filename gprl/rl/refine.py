@@ -28,7 +28,6 @@ import sympy
 import torch
 
 from gprl.core.population import Population
-from gprl.envs import VecEnv, rollout
 from gprl.rl.policy import ActionMap
 
 REFINE_KEYS = ("share", "iterations", "pairs", "top", "sigma", "step")
@@ -86,43 +85,45 @@ class Refinement:
     history: list[dict[str, float]]  # per iteration: mean score of the perturbations
 
 
+def linear_policy(tree: Population, weights: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
+                  action_map: ActionMap) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The rollout policy of ``tree`` plus row ``k``'s linear term for environment ``k`` (``weights``
+    [K, n_out, n_in + 1] on the environment's device; observations [K, 1, n_in])."""
+    n_in, n_out = tree.n_in, tree.n_out
+
+    def policy(obs: torch.Tensor) -> torch.Tensor:
+        x = (obs - mean) / std
+        y = tree.forward(x.reshape(-1, n_in), check_finite=False).reshape(len(weights), 1, n_out)
+        y = y + torch.einsum("kei,koi->keo", x, weights[:, :, :n_in]) + weights[:, None, :, n_in]
+        return action_map(y)
+
+    return policy
+
+
 @torch.no_grad()
-def refine(tree: Population, env: VecEnv, action_map: ActionMap, mean: torch.Tensor, std: torch.Tensor,
-           settings: RefineSettings, seconds: float | None, seed: int,
-           score: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+def refine(n_in: int, n_out: int, rows: int, settings: RefineSettings, seconds: float | None, seed: int,
+           play: Callable[[torch.Tensor, int], torch.Tensor],
+           agree: Callable[[bool], bool] = lambda go: go,
            log: Callable[[str], None] | None = None) -> Refinement:
-    """Tunes the linear term of one tree (``tree``: a one-tree Population) on ``env`` (``2·pairs`` or more
-    environments: a last odd one plays the current policy) for ``seconds`` or ``settings.iterations``,
-    whichever ends first. ``score(returns, lengths)`` is the search's fitness (default: the returns).
-    Iteration ``i`` resets from ``seed + i``-derived seeds; the perturbations come from a generator seeded
-    by ``seed``, so a run is reproducible."""
-    n_in, n_out, dev = tree.n_in, tree.n_out, env.device
-    pairs = settings.pairs or env.num_envs // 2
-    if 2 * pairs > env.num_envs:
-        raise ValueError(f"refinement needs 2 * pairs = {2 * pairs} environments, the env has {env.num_envs}")
+    """Tunes a linear term ``[n_out, n_in + 1]`` for ``seconds`` or ``settings.iterations``, whichever ends
+    first. ``play(weights, iteration)`` scores ``rows`` linear terms (``[rows, n_out, n_in + 1]`` float32 on
+    the CPU; ``2·pairs`` perturbations, then copies of the current term) on one training episode each and
+    returns their fitness ``[rows]``; ``agree(go)`` makes every process take the same decision to go on
+    (distributed runs: rank 0's clock). The perturbations come from a generator seeded by ``seed``."""
+    pairs = settings.pairs or rows // 2
+    if not 1 <= 2 * pairs <= rows:
+        raise ValueError(f"refinement needs 2 * pairs = {2 * pairs} environments, it has {rows}")
     top = min(settings.top or pairs, pairs)
-    K = env.num_envs
-    tree = tree.to(dev)
-    mean, std = mean.to(dev), std.to(dev)
     gen = torch.Generator().manual_seed(int(seed))
     w = torch.zeros(n_out, n_in + 1, dtype=torch.float64)
     history: list[dict[str, float]] = []
     start, it = time.perf_counter(), 0
     limit = settings.iterations or math.inf
-    while it < limit and (seconds is None or time.perf_counter() - start < seconds):
+    while agree(it < limit and (seconds is None or time.perf_counter() - start < seconds)):
         delta = torch.randn(pairs, n_out, n_in + 1, generator=gen, dtype=torch.float64)
-        rows = [w + settings.sigma * delta, w - settings.sigma * delta, w[None].expand(K - 2 * pairs, -1, -1)]
-        cand = torch.cat(rows).to(dev, torch.float32)  # [K, n_out, n_in + 1]
-
-        def policy(obs: torch.Tensor, cand: torch.Tensor = cand) -> torch.Tensor:  # obs [K, 1, n_in]
-            x = (obs - mean) / std
-            y = tree.forward(x.reshape(-1, n_in), check_finite=False).reshape(K, 1, n_out)
-            y = y + torch.einsum("kei,koi->keo", x, cand[:, :, :n_in]) + cand[:, None, :, n_in]
-            return action_map(y)
-
-        res = rollout(env, policy, K, 1, seed=(int(seed) + 7919 * (it + 1)) % (2**31 - 1 - K))
-        r = res.returns[:, 0] if score is None else score(res.returns[:, 0], res.lengths[:, 0].double())
-        r = torch.nan_to_num(r.cpu().double(), nan=-math.inf)
+        cand = torch.cat([w + settings.sigma * delta, w - settings.sigma * delta,
+                          w[None].expand(rows - 2 * pairs, -1, -1)]).float()
+        r = torch.nan_to_num(play(cand, it).cpu().double(), nan=-math.inf)
         plus, minus = r[:pairs], r[pairs:2 * pairs]
         keep = torch.topk(torch.maximum(plus, minus), top).indices
         chosen = torch.cat([plus[keep], minus[keep]])

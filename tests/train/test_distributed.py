@@ -129,6 +129,16 @@ def test_racing_over_two_processes_gives_the_one_process_result(tmp_path):
     assert (one / "policy.json").read_text() == (two / "policy.json").read_text()
 
 
+def test_refinement_over_two_processes_gives_the_one_process_result(tmp_path):
+    """task.refine's 7 pairs (14 rows: 7 a rank) play on both ranks; the refined tree is the one process's."""
+    refine = [*POLICY, "gp.generations=2", "task.refine={iterations: 3, pairs: 7}"]
+    run_train(tmp_path, "one", *refine)
+    torchrun(tmp_path, "two", 2, *refine)
+    one, two = (json.loads((tmp_path / d / "policy.json").read_text()) for d in ("one", "two"))
+    assert one["meta"]["candidates"][-1]["source"] == "refined"
+    assert one == two
+
+
 def test_a_dead_rank_fails_the_others_and_resume_with_one_process(one_process, tmp_path):
     """Rank 1 is killed mid-run: rank 0 exits with a clear error well within dist.timeout_s, the checkpoints
     stay intact, and resuming with a single process ends exactly as the uninterrupted run."""

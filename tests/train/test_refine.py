@@ -8,7 +8,7 @@ import torch
 import gprl
 from gprl import envs
 from gprl.rl.policy import ActionMap, evaluate_policies
-from gprl.rl.refine import RefineSettings, fold, refine
+from gprl.rl.refine import RefineSettings, fold, linear_policy, refine
 from gprl.train.checkpoint import population_from_state
 from gprl.train.tasks.policy import PolicyTask
 
@@ -65,7 +65,12 @@ def test_refinement_learns_to_balance_the_pendulum():
         amap = ActionMap.for_env(env)
         mean, std = torch.zeros(env.obs_dim), torch.ones(env.obs_dim)
         settings = RefineSettings(iterations=15, pairs=8, top=4, sigma=0.1, step=0.1)
-        done = refine(tree, env, amap, mean, std, settings, None, seed=4)
+
+        def play(weights, iteration):
+            policy = linear_policy(tree, weights, mean, std, amap)
+            return envs.rollout(env, policy, 16, 1, seed=100 * iteration).returns[:, 0]
+
+        done = refine(env.obs_dim, env.act_dim, 16, settings, None, 4, play)
         assert done.iterations == 15 and len(done.history) == 15
         before = evaluate_policies(tree, test, amap, mean, std, 10, seed=123).returns
         after = evaluate_policies(fold(tree, done.weights), test, amap, mean, std, 10, seed=123).returns

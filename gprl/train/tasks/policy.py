@@ -14,7 +14,7 @@ from gprl.core.population import Population
 from gprl.core.seeds import mix_seed
 from gprl.rl.export import export_policy
 from gprl.rl.policy import ActionMap, ObsNormalizer, PolicyEvaluation, evaluate_policies
-from gprl.rl.refine import RefineSettings, fold, refine
+from gprl.rl.refine import RefineSettings, fold, linear_policy, refine
 from gprl.train.checkpoint import population_from_state, population_state
 from gprl.train.distributed import Dist
 from gprl.train.tasks.base import Task
@@ -317,39 +317,50 @@ class PolicyTask(Task):
         return best, rows
 
     def refine(self, seconds: float | None) -> dict[str, Any]:
-        """Validates the candidates, then tunes a linear term on the best (:mod:`gprl.rl.refine`; rank 0,
-        on training episodes) and validates the folded tree as one more candidate, kept for ``finish``."""
-        settings = self.refine_settings
+        """Validates the candidates, then tunes a linear term on the best (:mod:`gprl.rl.refine`, on training
+        episodes) and validates the folded tree as one more candidate, kept for ``finish``.
+
+        Distributed, each rank plays its contiguous share of the perturbations and the returns are gathered,
+        so every rank takes the same steps (rank 0's clock decides when to stop)."""
+        settings, dist = self.refine_settings, self.dist
         if settings is None or not self.hof or (seconds is not None and seconds <= 0):
             return {}
         cands = self.candidates()
         best, rows = self.validate(cands)
-        h, found = cands[best], None
-        with self.dist.agree("refining the best tree"):
-            if self.dist.is_main:
-                reuse = settings.pairs is None and not self.dist.enabled
-                env = self.env if reuse else envs.make(
-                    self.name, backend=self.backend, num_envs=2 * (settings.pairs or self.total_envs // 2),
-                    device=self.device, seed=self.seed, episode_length=self.final_length, **self.train_kwargs)
-                tree = population_from_state(h["tree"], "cpu")
-                shift = self.reward_shift
-                done = refine(tree, env, self.action_map, h["mean"], h["std"], settings, seconds,
-                              self._seed(0x5EED, 2),
-                              score=(lambda r, n: r - shift * n) if shift else None,
-                              log=lambda line: print(f"gprl: {line}", flush=True))
-                if not reuse:
-                    env.close()
-                last = [row["mean_score"] for row in done.history[-5:]]
-                found = {"tree": population_state(fold(tree, done.weights)), "mean": h["mean"],
-                         "std": h["std"],
-                         "fitness": float(np.mean(last)) if last else math.nan,
-                         "generation": h["generation"], "source": "refined",
-                         "refinement": {"iterations": done.iterations, "seconds": round(done.seconds, 1)}}
-        found = self.dist.broadcast_object(found, "sharing the refined tree")
+        h = cands[best]
+        reuse = settings.pairs is None  # half the training batch: its environments play the pairs
+        n, per = (self.pop_size, self.episodes) if reuse else (2 * settings.pairs, 1)
+        dist.check_shardable(n, "2 * task.refine.pairs", "perturbation")
+        a, b = (x * per for x in dist.bounds(n))  # this rank's rows
+        tree = population_from_state(h["tree"], self.device)
+        mean, std, shift = h["mean"].to(self.device), h["std"].to(self.device), self.reward_shift
+        env = self.env if reuse else envs.make(self.name, backend=self.backend, num_envs=b - a,
+                                               device=self.device, seed=self.seed,
+                                               episode_length=self.final_length, **self.train_kwargs)
+        first = self._seed(0x5EED, 2)
+
+        def play(weights: torch.Tensor, iteration: int) -> torch.Tensor:
+            seed = (first + 7919 * iteration) % (2**31 - 1 - n * per) + a  # row k resets from seed + k
+            with dist.agree("refining the best tree"):
+                policy = linear_policy(tree, weights[a:b].to(self.device), mean, std, self.action_map)
+                res = envs.rollout(env, policy, b - a, 1, seed=seed)
+            score = res.returns[:, 0] - shift * res.lengths[:, 0].double() if shift else res.returns[:, 0]
+            return dist.gather(score, n, "gathering the refinement's returns", per=per)
+
+        try:
+            done = refine(self.n_in, self.n_out, n * per, settings, seconds, first, play,
+                          agree=lambda go: dist.broadcast_object(go, "agreeing to go on refining"),
+                          log=(lambda line: print(f"gprl: {line}", flush=True)) if dist.is_main else None)
+        finally:
+            if not reuse:
+                env.close()
+        last = [row["mean_score"] for row in done.history[-5:]]
+        found = {"tree": population_state(fold(tree.to("cpu"), done.weights)), "mean": h["mean"],
+                 "std": h["std"], "fitness": float(np.mean(last)) if last else math.nan,
+                 "generation": h["generation"], "source": "refined"}
         _, new = self.validate([found])
         self.validated = (cands + [found], rows + new)
-        done = found["refinement"]
-        return {"refine_iterations": done["iterations"], "refine_s": done["seconds"],
+        return {"refine_iterations": done.iterations, "refine_s": round(done.seconds, 1),
                 "refined_validation_return": new[0]["validation_return"],
                 "unrefined_validation_return": rows[best]["validation_return"]}
 
