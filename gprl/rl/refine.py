@@ -4,9 +4,10 @@ The tree's outputs ``y(x)`` (``x`` the normalised observations) get a linear fee
 
     y'(x) = y(x) + W x + b          (W, b: [n_out, n_in + 1], starting at 0),
 
-tuned by Augmented Random Search (Mania et al. 2018, V1-t): each iteration plays ``pairs`` antithetic
-perturbations ``(W, b) ± sigma·δ`` one episode each, from fresh initial states, and steps along the ``top``
-directions whose better member scored highest,
+tuned by Augmented Random Search (Mania et al. 2018, with its top-directions rule, on the tree's frozen
+observation normalisation): each iteration plays ``pairs`` antithetic perturbations ``(W, b) ± sigma·δ``
+one episode each, from fresh initial states, and steps along the ``top`` directions whose better member
+scored highest,
 
     (W, b) ← (W, b) + step / (top · σ_R) · Σ (r⁺ − r⁻) · δ          (σ_R: the std of those 2·top returns).
 
