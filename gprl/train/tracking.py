@@ -45,19 +45,19 @@ def banner(cfg: dict[str, Any], device: str, run_dir: str, resumed_at: int | Non
                 f"population {gp['population_size']}")
     stops = [f"{gp['generations']} generations" if gp.get("generations") else "",
              f"{gp['time_limit']:g} s" if gp.get("time_limit") else ""]
-    runs = gp.get("restarts") or 1
+    budget = " or ".join(s for s in stops if s)
     refine = (cfg["task"].get("refine") or {}) if task == "policy" else {}
     if refine:
         share = refine.get("share") or 0
-        stops.append("then the linear refinement of the best tree" + (
+        budget += ", then the linear refinement of the best tree" + (
             f" in the last {share:.0%} of the time" if share and gp.get("time_limit") else
             f" for {share / (1 - share):.2g}x the evolution's time" if share else
-            f" for {refine.get('iterations')} iterations"))
+            f" for {refine.get('iterations')} iterations")
+    runs = gp.get("restarts") or 1
     start = (f" in {runs} runs from fresh populations" if runs > 1 else "") + \
         (f", resuming at generation {resumed_at}" if resumed_at is not None else "")
     return (f"gprl: {what}\n"
-            f"gprl: budget {' or '.join(s for s in stops[:2] if s)}{', '.join(['', *stops[2:]])}{start}; "
-            f"run directory {run_dir}; "
+            f"gprl: budget {budget}{start}; run directory {run_dir}; "
             f"W&B {(cfg.get('wandb') or {}).get('mode', 'offline')}")
 
 

@@ -313,8 +313,12 @@ class PolicyTask(Task):
                  "validation_return": float(returns[starts[k]:starts[k] + sizes[k]].mean()),
                  "validation_seed": seed + starts[k], "validation_episodes": sizes[k]}
                 for k, h in enumerate(cands)]
-        best = int(np.nanargmax([r["validation_return"] for r in rows]))
-        return best, rows
+        return self._best(rows), rows
+
+    @staticmethod
+    def _best(rows: list[dict[str, Any]]) -> int:
+        """The validated row with the highest mean return."""
+        return int(np.nanargmax([r["validation_return"] for r in rows]))
 
     def refine(self, seconds: float | None) -> dict[str, Any]:
         """Validates the candidates, then tunes a linear term on the best (:mod:`gprl.rl.refine`, on training
@@ -369,7 +373,7 @@ class PolicyTask(Task):
             raise RuntimeError("no generation was evaluated: nothing to export")
         if self.validated is not None:
             cands, rows = self.validated
-            best = int(np.nanargmax([r["validation_return"] for r in rows]))
+            best = self._best(rows)
         else:
             cands = self.candidates()
             best, rows = self.validate(cands)  # on every rank (each plays its share)
