@@ -82,8 +82,9 @@ POLICY_GP_DEFAULTS = {"max_len": 64, "max_depth": 8, "tournament_size": 5}
 
 
 def apply_backend_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Fill ``null`` entries of ``gp``/``env`` from ``env.per_backend[<resolved backend>]``, then the
-    settings still null from ``POLICY_GP_DEFAULTS``."""
+    """Fill ``null`` entries of ``gp``/``env``/``task`` from ``env.per_backend[<resolved backend>]`` (a
+    mapping given where the default is one is laid over it: ``task.refine={pairs: 32}`` keeps the default
+    share), then the settings still null from ``POLICY_GP_DEFAULTS``."""
     if not uses_env(cfg):
         return cfg
     env_cfg = cfg.get("env") or {}
@@ -98,8 +99,11 @@ def apply_backend_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
     defaults = (env_cfg.get("per_backend") or {}).get(backend) or {}
     for section in ("gp", "env", "task"):
         for key, value in (defaults.get(section) or {}).items():
-            if cfg[section].get(key) is None:
+            mine = cfg[section].get(key)
+            if mine is None:
                 cfg[section][key] = value
+            elif isinstance(mine, dict) and isinstance(value, dict):
+                cfg[section][key] = {**value, **mine}
     for key, value in POLICY_GP_DEFAULTS.items():
         if cfg["gp"].get(key) is None:
             cfg["gp"][key] = value

@@ -174,6 +174,14 @@ def test_per_backend_defaults_fill_only_null_entries():
                                   "gp": {**gp, "max_len": None, "max_depth": 10}, "task": {}})
     assert (cpu["gp"]["max_len"], cpu["gp"]["max_depth"]) == (128, 10)
     assert cpu["env"]["racing"] == {"horizon": 0.25, "finalists": 0.25}
+    # a mapping given where the default is one is laid over it; false and other values replace it
+    mine = apply_backend_defaults({"env": {**cheetah, "backend": "mujoco", "racing": {"finalists": 0.5}},
+                                   "gp": dict(gp), "task": {"refine": {"pairs": 32}}})
+    assert mine["env"]["racing"] == {"horizon": 0.25, "finalists": 0.5}
+    assert mine["task"]["refine"] == {"share": 0.4, "pairs": 32}
+    off = apply_backend_defaults({"env": {**cheetah, "backend": "mujoco"}, "gp": dict(gp),
+                                  "task": {"refine": False}})
+    assert off["task"]["refine"] is False
     fast = apply_backend_defaults({"env": {**cheetah, "backend": "brax"}, "gp": dict(gp), "task": {}})
     assert (fast["gp"]["population_size"], fast["gp"]["tournament_size"]) == (4096, 20)
     mine = apply_backend_defaults({"env": {**cheetah, "backend": "brax"}, "gp": {**gp, "tournament_size": 3},
