@@ -16,6 +16,7 @@ mean/std, so their returns are comparable) and updated from that generation's ob
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -123,12 +124,13 @@ class ActionMap:
     def n_out(self) -> int | None:
         return None if self.low is None else len(self.low)
 
-    def center_half(self) -> tuple[torch.Tensor, torch.Tensor]:
+    @cached_property
+    def center_half(self) -> tuple[torch.Tensor, torch.Tensor]:  # once: the map runs at every step
         return (self.low + self.high) / 2, (self.high - self.low) / 2
 
     def __call__(self, y: torch.Tensor) -> torch.Tensor:
         if self.transform == "tanh":
-            center, half = self.center_half()
+            center, half = self.center_half
             # tanh in float64, rounded once: libraries' float32 tanh differ by an ulp, which chaotic dynamics
             # amplify; this makes the exported NumPy policy replay the training trajectories
             return center + half * torch.tanh(y.double()).float()
