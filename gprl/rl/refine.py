@@ -11,6 +11,9 @@ scored highest,
 
     (W, b) ← (W, b) + step / (top · σ_R) · Σ (r⁺ − r⁻) · δ          (σ_R: the std of those 2·top returns).
 
+With ``keep = k`` the search prunes halfway: each action's ``k`` largest weights (normalised observations,
+so comparable) go on being tuned, the others are zeroed, and the folded formulas stay short.
+
 Evolution finds a gait's structure in few nodes; the dense feedback on every observation, averaged over many
 initial states, is what makes it hold from all of them, which single-episode selection of trees rarely
 finds. :func:`fold` writes the result as one tree (the tree's formulas plus the linear terms), so validation,
@@ -31,7 +34,7 @@ import torch
 from gprl.core.population import Population
 from gprl.rl.policy import ActionMap
 
-REFINE_KEYS = ("share", "iterations", "pairs", "top", "sigma", "step")
+REFINE_KEYS = ("share", "iterations", "pairs", "top", "sigma", "step", "keep")
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,8 @@ class RefineSettings:
     """``task.refine``: ``share`` of the search's time (the last share of ``gp.time_limit``; a search that
     generations or a target ended refines for ``share / (1 - share)`` of its evolution time), ``iterations``
     (a cap, or the budget without a share), ``pairs`` of perturbations per iteration (null: half the training
-    batch, whose environments are then reused), the ``top`` pairs that step, ``sigma`` and ``step``."""
+    batch, whose environments are then reused), the ``top`` pairs that step, ``sigma``, ``step`` and ``keep``
+    (weights per action tuned after half the refinement; null: every observation's)."""
 
     share: float = 0.0
     iterations: int | None = None
@@ -47,6 +51,7 @@ class RefineSettings:
     top: int | None = None  # null: every pair
     sigma: float = 0.03
     step: float = 0.02
+    keep: int | None = None  # null: every observation's weight
 
     @classmethod
     def from_config(cls, refine: dict[str, Any] | bool | None) -> RefineSettings | None:
@@ -63,7 +68,7 @@ class RefineSettings:
         if not (isinstance(s.share, (int, float)) and 0 <= s.share < 1):
             raise ValueError(f"task.refine.share must be in [0, 1) (the share of the search's time given to "
                              f"refinement), got {s.share!r}")
-        for name in ("iterations", "pairs", "top"):
+        for name in ("iterations", "pairs", "top", "keep"):
             v = getattr(s, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"task.refine.{name} must be a positive integer or null, got {v!r}")
@@ -121,8 +126,16 @@ def refine(n_in: int, n_out: int, rows: int, settings: RefineSettings, seconds: 
     history: list[dict[str, float]] = []
     start, it = time.perf_counter(), 0
     limit = settings.iterations or math.inf
+    mask = torch.ones_like(w)
+    pruned = not settings.keep or settings.keep >= n_in
     while agree(it < limit and (seconds is None or time.perf_counter() - start < seconds)):
-        delta = torch.randn(pairs, n_out, n_in + 1, generator=gen, dtype=torch.float64)
+        if not pruned and agree(it >= limit / 2 or (seconds is not None
+                                                    and time.perf_counter() - start >= seconds / 2)):
+            pruned = True  # halfway: the `keep` largest weights per action go on, the others stay 0
+            mask[:, :n_in] = 0.0
+            mask.scatter_(1, w[:, :n_in].abs().topk(settings.keep, dim=1).indices, 1.0)
+            w = w * mask
+        delta = torch.randn(pairs, n_out, n_in + 1, generator=gen, dtype=torch.float64) * mask
         cand = torch.cat([w + settings.sigma * delta, w - settings.sigma * delta,
                           w[None].expand(rows - 2 * pairs, -1, -1)]).float()
         r = torch.nan_to_num(play(cand, it).cpu().double(), nan=-math.inf)

@@ -365,6 +365,7 @@ class PolicyTask(Task):
         _, new = self.validate([found])
         self.validated = (cands + [found], rows + new)
         return {"refine_iterations": done.iterations, "refine_s": round(done.seconds, 1),
+                "refine_weights": int(done.weights[:, :self.n_in].count_nonzero()),
                 "refined_validation_return": new[0]["validation_return"],
                 "unrefined_validation_return": rows[best]["validation_return"]}
 
