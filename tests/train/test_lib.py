@@ -178,7 +178,8 @@ def test_per_backend_defaults_fill_only_null_entries():
     mine = apply_backend_defaults({"env": {**cheetah, "backend": "mujoco", "racing": {"finalists": 0.5}},
                                    "gp": dict(gp), "task": {"refine": {"pairs": 32}}})
     assert mine["env"]["racing"] == {"horizon": 0.25, "finalists": 0.5}
-    assert mine["task"]["refine"] == {"share": 0.4, "pairs": 32}
+    assert mine["task"]["refine"] == {**cheetah["per_backend"]["mujoco"]["task"]["refine"], "pairs": 32}
+    assert mine["task"]["refine"]["share"] == 0.4  # the default's share kept
     off = apply_backend_defaults({"env": {**cheetah, "backend": "mujoco"}, "gp": dict(gp),
                                   "task": {"refine": False}})
     assert off["task"]["refine"] is False
