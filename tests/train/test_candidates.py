@@ -14,10 +14,22 @@ pytest.importorskip("mujoco")
 P, LENGTH = 16, 50
 
 
-def make_task(final_candidates, hall_of_fame=2) -> PolicyTask:
+def make_task(final_candidates, hall_of_fame=2, validation_keep=None) -> PolicyTask:
     cfg = {"name": "hopper", "backend": "mujoco", "episode_length": LENGTH, "kwargs": {"nthread": 1}}
     return PolicyTask(cfg, pop_size=P, seed=4, device="cpu", hall_of_fame=hall_of_fame, validation_episodes=3,
-                      final_candidates=final_candidates)
+                      final_candidates=final_candidates, validation_keep=validation_keep)
+
+
+def replayed(task, cand, seed, episodes) -> float:
+    """A candidate's mean return on ``episodes`` episodes from ``seed + e``, played on its own."""
+    env = envs.make("hopper", backend="mujoco", num_envs=episodes, seed=0, episode_length=LENGTH, nthread=1)
+    try:
+        tree = population_from_state(cand["tree"], "cpu")
+        ev = evaluate_policies(tree, env, task.action_map, cand["mean"], cand["std"], episodes, LENGTH,
+                               seed=seed)
+        return float(ev.returns[0])
+    finally:
+        env.close()
 
 
 def key(state) -> tuple[bytes, ...]:
@@ -42,18 +54,44 @@ def test_the_last_generations_best_join_the_hall_of_fame_and_are_validated_alike
 
         best, rows = task.validate(cands)
         assert [r["source"] for r in rows] == [c["source"] for c in cands]
-        env = envs.make("hopper", backend="mujoco", num_envs=3, seed=0, episode_length=LENGTH, nthread=1)
-        try:
-            for c, r in zip(cands, rows):  # each candidate's block of episodes, replayed on its own
-                tree = population_from_state(c["tree"], "cpu")
-                ev = evaluate_policies(tree, env, task.action_map, c["mean"], c["std"], 3, LENGTH,
-                                       seed=r["validation_seed"])
-                assert r["validation_return"] == pytest.approx(float(ev.returns[0]), rel=1e-9)
-        finally:
-            env.close()
+        for c, r in zip(cands, rows):  # each candidate's block of episodes, replayed on its own
+            again = replayed(task, c, r["validation_seed"], 3)
+            assert r["validation_return"] == pytest.approx(again, rel=1e-9)
         assert rows[best]["validation_return"] == max(r["validation_return"] for r in rows)
     finally:
         task.close()
+
+
+def test_a_second_validation_round_on_fresh_starts_decides_among_the_first_rounds_best():
+    one, two = make_task(6), make_task(6, validation_keep=0.5)
+    try:
+        for g in range(2):
+            pop = gprl.Population.random(P, one.n_in, one.n_out, max_len=32, seed=20 + g)
+            one.evaluate(pop, generation=g)
+            two.evaluate(pop, generation=g)
+        cands = two.candidates()
+        K = len(cands)
+        _, first = one.validate(cands)
+        best, rows = two.validate(cands)
+        order = sorted(range(K), key=lambda k: -first[k]["validation_return"])
+        kept, out = order[:-(-K // 2)], order[-(-K // 2):]
+        assert all(rows[k].get("eliminated") for k in out) and best in kept
+        assert [rows[k] for k in out] == [{**first[k], "eliminated": True} for k in out]
+        episodes = sum(rows[k]["validation_episodes"] for k in kept)
+        assert episodes == 3 * K  # the second round plays as many episodes as the first
+        for k in kept:  # fresh starts, the first round's figure kept beside
+            r = rows[k]
+            assert r["first_round_return"] == first[k]["validation_return"]
+            assert r["validation_seed"] != first[k]["validation_seed"]
+            assert r["validation_return"] == pytest.approx(
+                replayed(two, cands[k], r["validation_seed"], r["validation_episodes"]), rel=1e-9)
+        assert rows[best]["validation_return"] == max(rows[k]["validation_return"] for k in kept)
+    finally:
+        one.close()
+        two.close()
+    for bad in (0, 1, 1.5, True):
+        with pytest.raises(ValueError, match="task.validation_keep"):
+            make_task(2, validation_keep=bad)
 
 
 def test_off_by_default_kept_through_a_checkpoint_and_checked():

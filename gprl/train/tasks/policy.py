@@ -67,7 +67,8 @@ class PolicyTask(Task):
     A hall of fame keeps the best tree of each generation with the normaliser it was scored under; at the end
     its trees and the last generation's best ``final_candidates`` (single training episodes reward lucky
     starts: the most robust of a good generation is often not its best) are validated on fresh episodes of
-    full length, and the best mean return is exported. With ``task.refine`` (:mod:`gprl.rl.refine`) the
+    full length (with ``validation_keep``, the best share again on other fresh starts), and the best mean
+    return is exported. With ``task.refine`` (:mod:`gprl.rl.refine`) the
     validated best also gets a linear feedback term tuned by random search in the last ``share`` of the time
     limit, and joins the candidates.
 
@@ -80,7 +81,7 @@ class PolicyTask(Task):
     def __init__(self, env_cfg: dict[str, Any], pop_size: int, seed: int, device: torch.device,
                  parsimony: float = 0.0, hall_of_fame: int = 8, validation_episodes: int | None = 10,
                  final_candidates: int = 0, digits: int = 4, dist: Dist | None = None,
-                 refine: dict[str, Any] | None = None):
+                 refine: dict[str, Any] | None = None, validation_keep: float | None = None):
         name = env_cfg["name"]
         backend = env_cfg.get("backend", "auto")
         self.episodes = int(env_cfg.get("episodes", 1))
@@ -134,7 +135,12 @@ class PolicyTask(Task):
                 or final_candidates < 0:
             raise ValueError("task.final_candidates must be an integer >= 0 (the last generation's best "
                              f"trees validated beside the hall of fame), got {final_candidates!r}")
+        if validation_keep is not None and (isinstance(validation_keep, bool)
+                                            or not 0 < validation_keep < 1):
+            raise ValueError("task.validation_keep must be a share in (0, 1) (the candidates that play a "
+                             f"second validation round) or null (one round), got {validation_keep!r}")
         self.validation_episodes, self.final_candidates = validation_episodes, final_candidates
+        self.validation_keep = validation_keep
         self.refine_settings = RefineSettings.from_config(refine)
         self.refine_share = self.refine_settings.share if self.refine_settings else 0.0
         self.validated: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None  # by refine()
@@ -153,7 +159,7 @@ class PolicyTask(Task):
                    parsimony=float(gp.get("parsimony") or 0.0), hall_of_fame=int(task.get("hall_of_fame", 8)),
                    validation_episodes=task.get("validation_episodes"),
                    final_candidates=int(task.get("final_candidates") or 0), digits=int(task.get("digits", 4)),
-                   dist=dist, refine=task.get("refine"))
+                   dist=dist, refine=task.get("refine"), validation_keep=task.get("validation_keep"))
 
     def fingerprint(self) -> dict[str, Any]:
         return {"task": "policy", "env": self.name, "obs_dim": self.n_in, "n_out": self.n_out,
@@ -277,22 +283,39 @@ class PolicyTask(Task):
         """Mean return of every candidate (default :meth:`candidates`) on fresh full-length episodes;
         returns (best index, rows).
 
-        Candidate k plays a contiguous block of episodes (environments ``start_k ..``), so its episodes start
-        from seeds ``seed + start_k + e``, which ``scripts/replay.py --reproduce`` replays. With
-        ``validation_episodes=0`` the blocks fill the training batch and the training environment is reused
-        (no second compilation on Brax) unless ``env.train_kwargs`` made it differ. Distributed, each rank
-        plays its contiguous share of the N episodes (its training shard when the training environments are
-        reused)."""
+        With ``validation_keep`` the best share of the candidates plays a second round of as many episodes
+        on other fresh starts, and that round alone decides (a first round of few episodes each flatters
+        its luckiest candidates); the others' rows say ``eliminated``."""
         cands = self.candidates() if cands is None else cands
-        K, dist = len(cands), self.dist
+        K = len(cands)
         N = K * self.validation_episodes if self.validation_episodes else max(K, self.total_envs)
+        rows = self._play(cands, N, self._seed(0x5EED, 1))
+        if self.validation_keep is not None and K > 1:
+            first = np.nan_to_num([r["validation_return"] for r in rows], nan=-np.inf)
+            keep = np.argsort(-first, kind="stable")[:max(1, math.ceil(self.validation_keep * K))]
+            second = self._play([cands[k] for k in keep], max(N, len(keep)), self._seed(0x5EED, 3))
+            for k, row in zip(keep.tolist(), second):
+                rows[k] = {**row, "first_round_return": rows[k]["validation_return"],
+                           "first_round_episodes": rows[k]["validation_episodes"]}
+            for k in set(range(K)) - set(keep.tolist()):
+                rows[k]["eliminated"] = True
+        return self._best(rows), rows
+
+    def _play(self, cands: list[dict[str, Any]], N: int, seed: int) -> list[dict[str, Any]]:
+        """Plays N fresh full-length episodes shared among the candidates; a row per candidate.
+
+        Candidate k plays a contiguous block of episodes (environments ``start_k ..``), so its episodes start
+        from seeds ``seed + start_k + e``, which ``scripts/replay.py --reproduce`` replays. When the N
+        episodes fill the training batch the training environment is reused (no second compilation on Brax)
+        unless ``env.train_kwargs`` made it differ. Distributed, each rank plays its contiguous share of the
+        N episodes (its training shard when the training environments are reused)."""
+        K, dist = len(cands), self.dist
         reuse = N == self.total_envs and self.train_kwargs == self.env_kwargs
         n, per = (self.pop_size, self.episodes) if reuse else (N, 1)  # n items of per episodes each
         a, b = (x * per for x in dist.bounds(n))  # this rank's episodes [a, b) of the N
         sizes = [N // K + (1 if k < N % K else 0) for k in range(K)]
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
         index = torch.repeat_interleave(torch.arange(K), torch.tensor(sizes))[a:b]
-        seed = self._seed(0x5EED, 1)
         returns = torch.zeros(0, dtype=torch.float64)
         with dist.agree("validating the candidates"):
             if b > a:
@@ -308,17 +331,16 @@ class PolicyTask(Task):
                     env.close()
                 returns = ev.returns.cpu()
         returns = dist.gather(returns, n, "gathering the validation returns", per=per)
-        rows = [{"generation": h["generation"], "source": h["source"],
+        return [{"generation": h["generation"], "source": h["source"],
                  "train_return": h.get("return", h["fitness"]),
                  "validation_return": float(returns[starts[k]:starts[k] + sizes[k]].mean()),
                  "validation_seed": seed + starts[k], "validation_episodes": sizes[k]}
                 for k, h in enumerate(cands)]
-        return self._best(rows), rows
 
     @staticmethod
     def _best(rows: list[dict[str, Any]]) -> int:
-        """The validated row with the highest mean return."""
-        return int(np.nanargmax([r["validation_return"] for r in rows]))
+        """The validated row with the highest mean return, among those not eliminated."""
+        return int(np.nanargmax([-np.inf if r.get("eliminated") else r["validation_return"] for r in rows]))
 
     def refine(self, seconds: float | None) -> dict[str, Any]:
         """Validates the candidates, then tunes a linear term on the best (:mod:`gprl.rl.refine`, on training
