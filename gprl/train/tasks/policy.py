@@ -68,9 +68,8 @@ class PolicyTask(Task):
     its trees and the last generation's best ``final_candidates`` (single training episodes reward lucky
     starts: the most robust of a good generation is often not its best) are validated on fresh episodes of
     full length (with ``validation_keep``, the best share again on other fresh starts), and the best mean
-    return is exported. With ``task.refine`` (:mod:`gprl.rl.refine`) the
-    validated best also gets a linear feedback term tuned by random search in the last ``share`` of the time
-    limit, and joins the candidates.
+    return is exported. With ``task.refine`` (:mod:`gprl.rl.refine`) the validated best also gets a linear
+    feedback term tuned by random search in the last ``share`` of the time limit, and joins the candidates.
 
     Distributed (``dist``): a rank steps only the environments of its shard of individuals (environment
     ``p * E + e`` of the whole batch resets from ``seed + p * E + e`` wherever it runs); returns and the
