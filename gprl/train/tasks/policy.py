@@ -292,7 +292,7 @@ class PolicyTask(Task):
         if self.validation_keep is not None and K > 1:
             first = np.nan_to_num([r["validation_return"] for r in rows], nan=-np.inf)
             keep = np.argsort(-first, kind="stable")[:max(1, math.ceil(self.validation_keep * K))]
-            second = self._play([cands[k] for k in keep], max(N, len(keep)), self._seed(0x5EED, 3))
+            second = self._play([cands[k] for k in keep], N, self._seed(0x5EED, 3))  # N >= K: a block each
             for k, row in zip(keep.tolist(), second):
                 rows[k] = {**row, "first_round_return": rows[k]["validation_return"],
                            "first_round_episodes": rows[k]["validation_episodes"]}
