@@ -45,7 +45,9 @@ def _ident(name: str) -> str:
     return re.sub(r"\W", "_", name)
 
 
-def qpos_names(model: Any) -> list[str]:
+def _joint_names(model: Any, free: tuple[str, ...], ball: tuple[str, ...], hinge: str) -> list[str]:
+    """One name per coordinate of every joint: the joint's name plus ``free``'s or ``ball``'s suffixes, or
+    plus ``hinge`` for a one-coordinate joint."""
     import mujoco
 
     names: list[str] = []
@@ -53,28 +55,20 @@ def qpos_names(model: Any) -> list[str]:
         jn = _ident(model.joint(j).name or f"joint{j}")
         kind = model.jnt_type[j]
         if kind == mujoco.mjtJoint.mjJNT_FREE:
-            names += [f"{jn}_{s}" for s in ("x", "y", "z", "qw", "qx", "qy", "qz")]
+            names += [f"{jn}_{s}" for s in free]
         elif kind == mujoco.mjtJoint.mjJNT_BALL:
-            names += [f"{jn}_{s}" for s in ("qw", "qx", "qy", "qz")]
+            names += [f"{jn}_{s}" for s in ball]
         else:
-            names.append(jn)
+            names.append(jn + hinge)
     return names
+
+
+def qpos_names(model: Any) -> list[str]:
+    return _joint_names(model, ("x", "y", "z", "qw", "qx", "qy", "qz"), ("qw", "qx", "qy", "qz"), "")
 
 
 def qvel_names(model: Any) -> list[str]:
-    import mujoco
-
-    names: list[str] = []
-    for j in range(model.njnt):
-        jn = _ident(model.joint(j).name or f"joint{j}")
-        kind = model.jnt_type[j]
-        if kind == mujoco.mjtJoint.mjJNT_FREE:
-            names += [f"{jn}_{s}" for s in ("vx", "vy", "vz", "wx", "wy", "wz")]
-        elif kind == mujoco.mjtJoint.mjJNT_BALL:
-            names += [f"{jn}_{s}" for s in ("wx", "wy", "wz")]
-        else:
-            names.append(f"{jn}_vel")
-    return names
+    return _joint_names(model, ("vx", "vy", "vz", "wx", "wy", "wz"), ("wx", "wy", "wz"), "_vel")
 
 
 def body_names(model: Any, field: str, suffixes: tuple[str, ...]) -> list[str]:

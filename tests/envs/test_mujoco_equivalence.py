@@ -112,3 +112,15 @@ def test_numpy_step_equals_the_base_class_step(task: str) -> None:
     for out, copy in kept:
         for x, y in zip(out, copy, strict=True):
             assert torch.equal(x, y)
+
+
+def test_observation_names_read_the_model_joints() -> None:
+    """Formulas name observations after the model's joints: a free joint's coordinates and velocities get
+    their own suffixes, a hinge its name (position) or ``_vel``; the skipped x/y positions are not named."""
+    ant = genvs.make("ant", backend="mujoco", num_envs=1).obs_names
+    assert ant[:7] == ["root_z", "root_qw", "root_qx", "root_qy", "root_qz", "hip_1", "ankle_1"]
+    assert ant[13:20] == ["root_vx", "root_vy", "root_vz", "root_wx", "root_wy", "root_wz", "hip_1_vel"]
+    walker = genvs.make("walker2d", backend="mujoco", num_envs=1).obs_names
+    assert walker[:3] == ["rootz", "rooty", "thigh_joint"] and walker[8:11] == ["rootx_vel", "rootz_vel",
+                                                                                 "rooty_vel"]
+    assert len(walker) == 17 and walker[-1] == "foot_left_joint_vel"
