@@ -49,7 +49,7 @@ class TaskSchema:
     hall_of_fame: int = 8                  # policy
     validation_episodes: int | None = None  # policy
     final_candidates: int | None = None     # policy: the last generation's best, validated too; null: 0
-    validation_keep: float | None = None    # policy: the share validated again; null: one round
+    validation_keep: Any = None             # policy: the share validated again; false or null: one round
     refine: Any = None                      # policy: {share, iterations, pairs, top, sigma, step} or false
     digits: int = 4
     metric: str | None = None              # sr / classification: the training loss

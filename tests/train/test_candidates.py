@@ -89,9 +89,14 @@ def test_a_second_validation_round_on_fresh_starts_decides_among_the_first_round
     finally:
         one.close()
         two.close()
-    for bad in (0, 1, 1.5, True):
+    for bad in (0, 1, 1.5, True, "half"):
         with pytest.raises(ValueError, match="task.validation_keep"):
             make_task(2, validation_keep=bad)
+    off = make_task(2, validation_keep=False)  # turns a per-backend default off
+    try:
+        assert off.validation_keep is None
+    finally:
+        off.close()
 
 
 def test_off_by_default_kept_through_a_checkpoint_and_checked():

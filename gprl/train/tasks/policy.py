@@ -134,10 +134,13 @@ class PolicyTask(Task):
                 or final_candidates < 0:
             raise ValueError("task.final_candidates must be an integer >= 0 (the last generation's best "
                              f"trees validated beside the hall of fame), got {final_candidates!r}")
+        if validation_keep is False:  # off where a per-backend default turns it on
+            validation_keep = None
         if validation_keep is not None and (isinstance(validation_keep, bool)
+                                            or not isinstance(validation_keep, (int, float))
                                             or not 0 < validation_keep < 1):
             raise ValueError("task.validation_keep must be a share in (0, 1) (the candidates that play a "
-                             f"second validation round) or null (one round), got {validation_keep!r}")
+                             f"second validation round), false or null (one round), got {validation_keep!r}")
         self.validation_episodes, self.final_candidates = validation_episodes, final_candidates
         self.validation_keep = validation_keep
         self.refine_settings = RefineSettings.from_config(refine)
