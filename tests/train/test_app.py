@@ -53,7 +53,7 @@ def test_replay_reproduces_recorded_fitness_in_gymnasium(short_run):
     """Gymnasium's own Hopper-v5 with the NumPy policy, from the recorded initial states."""
     out = replay(str(short_run), "--reproduce")
     rec = json.loads((short_run / "policy.json").read_text())["meta"]["validation"]
-    # MuJoCo Hopper's default second round: the pick's episodes are its first 3 and its second round's
+    # MuJoCo Hopper's default second round: the pick's recorded episodes are that round's (more than 3)
     assert rec["first_round_episodes"] == 3 and rec["validation_episodes"] > 3
     assert out["backend"] == "gymnasium" and out["episodes"] == rec["validation_episodes"]
     assert out["episode_length"] == 60
