@@ -20,14 +20,16 @@ def banner(cfg: dict[str, Any], device: str, run_dir: str, resumed_at: int | Non
     writes)."""
     gp, task = cfg["gp"], cfg["task"]["name"]
     if task == "policy":
-        from gprl.train.tasks.policy import racing_shares  # the policy task's own reading of env.racing
+        # the policy task's own reading of env.racing and env.episode_schedule
+        from gprl.train.tasks.policy import episode_schedule, racing_shares
 
         env = cfg["env"]
-        sched, n = env.get("episode_schedule") or {}, env.get("episodes", 1)
-        final = env["episode_length"]
-        start, ramp = sched.get("start") or final, sched.get("ramp_generations") or 0
-        length = (f"episode length {start} -> {final} steps over {ramp} generations"
-                  if ramp > 0 and start < final else f"episode length {final}")
+        n, final = env.get("episodes", 1), env["episode_length"]
+        start, end, ramp = episode_schedule(env.get("episode_schedule"), final)
+        length = (f"episode length {start} -> {end} steps over {ramp} generations"
+                  if ramp > 0 and start < end else f"episode length {end}")
+        if end < final:
+            length += f" (validation {final})"
         horizon, finalists, e = racing_shares(env.get("racing"))
         if horizon < 1 and finalists < 1:
             e = e or n

@@ -38,6 +38,24 @@ def racing_shares(racing: dict[str, Any] | None) -> tuple[float, float, int | No
     return (*shares, episodes)
 
 
+def episode_schedule(schedule: dict[str, Any] | None, final: int) -> tuple[int, int, int]:
+    """``env.episode_schedule`` as (start, end, ramp_generations) for validation episodes of ``final`` steps;
+    null or ``{}``: (final, final, 0). ``end`` (default ``final``) caps the training episodes alone: where
+    a step costs the same for the whole batch, shorter episodes buy more generations, and a gait that holds
+    for ``end`` steps mostly holds on; validation still plays ``final``."""
+    schedule = dict(schedule or {})
+    unknown = set(schedule) - {"start", "ramp_generations", "end"}
+    if unknown:
+        raise ValueError(f"env.episode_schedule takes start, ramp_generations and end, got {sorted(unknown)}")
+    for name in ("start", "ramp_generations", "end"):
+        v = schedule.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0 or
+                              (v == 0 and name != "ramp_generations")):
+            raise ValueError(f"env.episode_schedule.{name} must be a positive integer or null, got {v!r}")
+    end = min(schedule.get("end") or final, final)
+    return min(schedule.get("start") or end, end), end, schedule.get("ramp_generations") or 0
+
+
 def episode_length_at(generation: int, start: int, final: int, ramp_generations: int) -> int:
     """Linear schedule of the training episode length: ``start`` at generation 0, ``final`` from the ramp's
     end."""
@@ -113,9 +131,8 @@ class PolicyTask(Task):
         self.name, self.backend, self.seed, self.pop_size = name, self.env.backend, int(seed), pop_size
         self.device = self.env.device
         self.final_length = int(self.env.episode_length)
-        sched = env_cfg.get("episode_schedule") or {}
-        self.start_length = int(sched.get("start") or self.final_length)
-        self.ramp = int(sched.get("ramp_generations") or 0)
+        self.start_length, self.train_length, self.ramp = episode_schedule(env_cfg.get("episode_schedule"),
+                                                                           self.final_length)
         self.action_map = ActionMap.for_env(self.env, env_cfg.get("action_transform", "auto"))
         self.n_in = self.env.obs_dim
         self.n_out = self.env.num_actions if self.env.discrete else self.env.act_dim
@@ -173,7 +190,7 @@ class PolicyTask(Task):
         return mix_seed(self.seed, *parts) % (2**31 - 1 - envs_per_reset)
 
     def evaluate(self, population: Population, generation: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        length = episode_length_at(generation, self.start_length, self.final_length, self.ramp)
+        length = episode_length_at(generation, self.start_length, self.train_length, self.ramp)
         short = max(1, round(length * self.horizon)) if self.racing else length
         mean, std = self.normalizer.mean.clone(), self.normalizer.std.clone()
         (a, b), P, E, dist = self.shard, len(population), self.episodes, self.dist
