@@ -20,7 +20,7 @@ class EnvSchema:
     name: str = MISSING
     backend: str = "auto"
     episode_length: int | None = None
-    # {start, ramp_generations, end} or null (Any: OmegaConf cannot merge a dict into a None dict)
+    # {start, ramp_generations} or null (Any: OmegaConf cannot merge a dict into a None dict)
     episode_schedule: Any = None
     racing: Any = None  # {horizon, finalists, episodes} or null
     episodes: int = 1

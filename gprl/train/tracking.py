@@ -25,11 +25,9 @@ def banner(cfg: dict[str, Any], device: str, run_dir: str, resumed_at: int | Non
 
         env = cfg["env"]
         n, final = env.get("episodes", 1), env["episode_length"]
-        start, end, ramp = episode_schedule(env.get("episode_schedule"), final)
-        length = (f"episode length {start} -> {end} steps over {ramp} generations"
-                  if ramp > 0 and start < end else f"episode length {end}")
-        if end < final:
-            length += f" (validation {final})"
+        start, ramp = episode_schedule(env.get("episode_schedule"), final)
+        length = (f"episode length {start} -> {final} steps over {ramp} generations"
+                  if ramp > 0 and start < final else f"episode length {final}")
         horizon, finalists, e = racing_shares(env.get("racing"))
         if horizon < 1 and finalists < 1:
             e = e or n

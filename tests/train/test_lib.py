@@ -62,15 +62,12 @@ def test_action_map_keeps_outputs_in_bounds():
 def test_episode_schedule():
     assert [episode_length_at(g, 200, 1000, 4) for g in range(6)] == [200, 400, 600, 800, 1000, 1000]
     assert episode_length_at(3, 1000, 1000, 10) == 1000 and episode_length_at(0, 200, 1000, 0) == 1000
-    assert episode_schedule(None, 1000) == (1000, 1000, 0)
-    assert episode_schedule({"start": 100, "ramp_generations": 30}, 1000) == (100, 1000, 30)
-    # `end` caps training alone (never past the validation length); a start past it starts at it
-    assert episode_schedule({"start": 100, "ramp_generations": 10, "end": 500}, 1000) == (100, 500, 10)
-    assert episode_schedule({"start": 800, "end": 500}, 1000) == (500, 500, 0)
-    assert episode_schedule({"end": 2000}, 1000) == (1000, 1000, 0)
-    for bad, match in (({"length": 5}, "takes start, ramp_generations and end"), ({"end": 0}, "end"),
+    assert episode_schedule(None, 1000) == (1000, 0)
+    assert episode_schedule({"start": 100, "ramp_generations": 30}, 1000) == (100, 30)
+    assert episode_schedule({"start": 2000}, 1000) == (1000, 0)
+    for bad, match in (({"end": 500}, "takes start and ramp_generations"), ({"start": 0}, "start"),
                        ({"start": 2.5}, "start"), ({"ramp_generations": -1}, "ramp_generations"),
-                       ({"end": True}, "end")):
+                       ({"start": True}, "start")):
         with pytest.raises(ValueError, match=match):
             episode_schedule(bad, 1000)
 

@@ -6,7 +6,6 @@ import torch
 import gprl
 from gprl import envs
 from gprl.rl.policy import evaluate_policies
-from gprl.train.checkpoint import population_from_state
 from gprl.train.distributed import Dist
 from gprl.train.tasks.policy import PolicyTask, racing_shares
 
@@ -75,26 +74,3 @@ def test_racing_off_is_the_plain_evaluation():
     finally:
         off.close()
         on.close()
-
-
-def test_schedule_end_caps_training_episodes_and_validation_plays_whole_ones():
-    cfg = {"name": "halfcheetah", "backend": "mujoco", "episode_length": LENGTH, "kwargs": {"nthread": 1},
-           "episode_schedule": {"start": 10, "ramp_generations": 2, "end": LENGTH // 2}}
-    task = PolicyTask(cfg, pop_size=P, seed=3, device="cpu", validation_episodes=2)
-    try:
-        pop = gprl.Population.random(P, task.n_in, task.n_out, max_len=32, seed=5)
-        lengths = [task.evaluate(pop, generation=g)[1] for g in range(4)]
-        assert [m["episode_length"] for m in lengths] == [10, 15, 20, 20]
-        assert [m["env_steps"] for m in lengths] == [P * 10, P * 15, P * 20, P * 20]  # never ends early
-        cand = task.candidates()[0]
-        _, rows = task.validate([cand])
-        env = envs.make("halfcheetah", backend="mujoco", num_envs=2, seed=0, episode_length=LENGTH, nthread=1)
-        try:  # validation's episodes are whole ones
-            whole = evaluate_policies(population_from_state(cand["tree"], "cpu"), env, task.action_map,
-                                      cand["mean"], cand["std"], 2, LENGTH, seed=rows[0]["validation_seed"])
-        finally:
-            env.close()
-        assert rows[0]["validation_return"] == pytest.approx(float(whole.returns[0]), rel=1e-9)
-        assert whole.env_steps == 2 * LENGTH
-    finally:
-        task.close()

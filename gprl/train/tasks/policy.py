@@ -38,22 +38,19 @@ def racing_shares(racing: dict[str, Any] | None) -> tuple[float, float, int | No
     return (*shares, episodes)
 
 
-def episode_schedule(schedule: dict[str, Any] | None, final: int) -> tuple[int, int, int]:
-    """``env.episode_schedule`` as (start, end, ramp_generations) for validation episodes of ``final`` steps;
-    null or ``{}``: (final, final, 0). ``end`` (default ``final``) caps the training episodes alone: where
-    a step costs the same for the whole batch, shorter episodes buy more generations, and a gait that holds
-    for ``end`` steps mostly holds on; validation still plays ``final``."""
+def episode_schedule(schedule: dict[str, Any] | None, final: int) -> tuple[int, int]:
+    """``env.episode_schedule`` as (start, ramp_generations) for episodes of ``final`` steps; null or ``{}``:
+    (final, 0)."""
     schedule = dict(schedule or {})
-    unknown = set(schedule) - {"start", "ramp_generations", "end"}
+    unknown = set(schedule) - {"start", "ramp_generations"}
     if unknown:
-        raise ValueError(f"env.episode_schedule takes start, ramp_generations and end, got {sorted(unknown)}")
-    for name in ("start", "ramp_generations", "end"):
+        raise ValueError(f"env.episode_schedule takes start and ramp_generations, got {sorted(unknown)}")
+    for name in ("start", "ramp_generations"):
         v = schedule.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0 or
-                              (v == 0 and name != "ramp_generations")):
+                              (v == 0 and name == "start")):
             raise ValueError(f"env.episode_schedule.{name} must be a positive integer or null, got {v!r}")
-    end = min(schedule.get("end") or final, final)
-    return min(schedule.get("start") or end, end), end, schedule.get("ramp_generations") or 0
+    return min(schedule.get("start") or final, final), schedule.get("ramp_generations") or 0
 
 
 def episode_length_at(generation: int, start: int, final: int, ramp_generations: int) -> int:
@@ -131,8 +128,7 @@ class PolicyTask(Task):
         self.name, self.backend, self.seed, self.pop_size = name, self.env.backend, int(seed), pop_size
         self.device = self.env.device
         self.final_length = int(self.env.episode_length)
-        self.start_length, self.train_length, self.ramp = episode_schedule(env_cfg.get("episode_schedule"),
-                                                                           self.final_length)
+        self.start_length, self.ramp = episode_schedule(env_cfg.get("episode_schedule"), self.final_length)
         self.action_map = ActionMap.for_env(self.env, env_cfg.get("action_transform", "auto"))
         self.n_in = self.env.obs_dim
         self.n_out = self.env.num_actions if self.env.discrete else self.env.act_dim
@@ -190,7 +186,7 @@ class PolicyTask(Task):
         return mix_seed(self.seed, *parts) % (2**31 - 1 - envs_per_reset)
 
     def evaluate(self, population: Population, generation: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        length = episode_length_at(generation, self.start_length, self.train_length, self.ramp)
+        length = episode_length_at(generation, self.start_length, self.final_length, self.ramp)
         short = max(1, round(length * self.horizon)) if self.racing else length
         mean, std = self.normalizer.mean.clone(), self.normalizer.std.clone()
         (a, b), P, E, dist = self.shard, len(population), self.episodes, self.dist
