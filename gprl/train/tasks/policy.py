@@ -49,7 +49,8 @@ def episode_schedule(schedule: dict[str, Any] | None, final: int) -> tuple[int, 
         v = schedule.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0 or
                               (v == 0 and name == "start")):
-            raise ValueError(f"env.episode_schedule.{name} must be a positive integer or null, got {v!r}")
+            what = "a positive integer" if name == "start" else "an integer >= 0 (0: no ramp)"
+            raise ValueError(f"env.episode_schedule.{name} must be {what} or null, got {v!r}")
     return min(schedule.get("start") or final, final), schedule.get("ramp_generations") or 0
 
 
