@@ -42,14 +42,14 @@ def episode_schedule(schedule: dict[str, Any] | None, final: int) -> tuple[int, 
     """``env.episode_schedule`` as (start, ramp_generations) for episodes of ``final`` steps; null or ``{}``:
     (final, 0)."""
     schedule = dict(schedule or {})
-    unknown = set(schedule) - {"start", "ramp_generations"}
+    lowest = {"start": 1, "ramp_generations": 0}  # a ramp of 0 generations: none
+    unknown = set(schedule) - set(lowest)
     if unknown:
         raise ValueError(f"env.episode_schedule takes start and ramp_generations, got {sorted(unknown)}")
-    for name in ("start", "ramp_generations"):
+    for name, low in lowest.items():
         v = schedule.get(name)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0 or
-                              (v == 0 and name == "start")):
-            what = "a positive integer" if name == "start" else "an integer >= 0 (0: no ramp)"
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < low):
+            what = "a positive integer" if low else "an integer >= 0 (0: no ramp)"
             raise ValueError(f"env.episode_schedule.{name} must be {what} or null, got {v!r}")
     return min(schedule.get("start") or final, final), schedule.get("ramp_generations") or 0
 
