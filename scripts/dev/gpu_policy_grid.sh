@@ -4,7 +4,7 @@
 # on its cores (no GPU), or Brax on one GPU of its own when its CORES column ends in /GPU. GPU_CMD, when set,
 # runs alongside and its output goes to $OUT/gpu.log.
 #
-# Usage: [GPU_CMD='...'] [KERNELS=DIR] bash scripts/dev/gpu_policy_grid.sh [--out DIR] [--wheels DIR] SPEC
+# Usage: [GPU_CMD='...'] [KERNELS=DIR] bash scripts/dev/gpu_policy_grid.sh [--out DIR] [--wheels DIR] [--detach] SPEC
 #   SPEC lines: NAME CORES[/GPU] TASK[:SEED] BUDGET [Hydra overrides...]   e.g.
 #     walker_default 2-3   walker2d:1 400
 #     cheetah_race   4-5   halfcheetah 400 'env.racing={horizon: 0.25, finalists: 0.25}'
@@ -12,12 +12,25 @@
 #   KERNELS: the CUDA kernels' build folder (GPRL_CACHE of the Brax runs; default .gprl_cache_gpu), built once
 #   before the Brax runs start; a folder built before on the same torch build is reused.
 # Writes grid.json (every run's record: evaluation, generations, steps, curve; a run still going or stopped
-# leaves its metrics.jsonl rows; rewritten every 20 s) and logs.txt (each run's tail). Each run gets its
+# leaves its metrics.jsonl rows; rewritten every 20 s), logs.txt (each run's tail) and spec.txt. Each run gets its
 # BUDGET + 120 s (Brax: + 180 s) before it is stopped.
+# --detach: the grid runs in a session of its own (it outlives the shell that started it; output in
+# OUT/driver.log, its exit status in OUT/exit_status at the end) and the command returns at once; follow it with
+# `python3 scripts/dev/grid_status.py OUT [--wait SECONDS]`.
 set -uo pipefail
 source "$(dirname "$0")/gpu_common.sh"
-gpu_args "$@"; set -- "${ARGS[@]}"
-SPEC=${1:?usage: gpu_policy_grid.sh [--out DIR] SPEC}
+detach=0 args=()
+for a in "$@"; do if [ "$a" = --detach ]; then detach=1; else args+=("$a"); fi; done
+gpu_args "${args[@]}"; set -- "${ARGS[@]}"
+SPEC=${1:?usage: gpu_policy_grid.sh [--out DIR] [--detach] SPEC}
+if [ "$detach" = 1 ]; then
+  rm -f "$OUT/exit_status"
+  setsid nohup bash -c 'bash "$0" --out "$1" --wheels "$2" "$3"; echo $? >"$1/exit_status"' \
+    "$0" "$OUT" "$WHEELS" "$SPEC" >"$OUT/driver.log" 2>&1 </dev/null &
+  echo "grid started in the background: python3 scripts/dev/grid_status.py $OUT"
+  exit 0
+fi
+[ "$SPEC" -ef "$OUT/spec.txt" ] || cp "$SPEC" "$OUT/spec.txt"  # the runs grid_status.py follows
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} PYTHONUNBUFFERED=1 WANDB_MODE=disabled
 gpu_install_wheels "$OUT/build.log"
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$OUT/build.log" 2>&1
