@@ -31,6 +31,11 @@ generalized pipeline, 1000-step episodes) as horizontal reference lines.
     python scripts/bench_policies.py --backend brax --tasks hopper swimmer --seeds 0 1 \
         -- gp.population_size=8192
 
+``--resume`` continues the runs of an earlier document in ``--out`` from their last checkpoints
+(``train.py resume=<run dir>``; pass the same overrides after ``--``) until ``--budget`` seconds of evolution
+in all (the trainer's clock goes on from the checkpoint's): ``wall_s`` is the sum of the processes'
+wall-clocks (``segments_wall_s``), and the curve keeps the earlier points the continuation did not redo.
+
 ``--merge FILE ...`` runs nothing: it gathers the records of earlier documents (also of the runs side by side
 in ``scripts/dev/gpu_policy_grid.sh``'s grid.json) into one JSON document and PNG per backend in ``--out``.
 """
@@ -59,48 +64,54 @@ EVAL_SEED = 10_000_019  # as scripts/replay.py: fresh episodes, not those traini
 
 
 # ---------------------------------------------------------------- one training run
-def read_metrics(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
-    """Complete lines of ``metrics.jsonl`` after byte ``offset``; returns them and the new offset."""
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The complete lines of ``metrics.jsonl`` (a line still being written is read next time)."""
     try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read()
+        data = path.read_bytes()
     except FileNotFoundError:
-        return [], offset
-    end = data.rfind(b"\n") + 1  # a line still being written is read next time
-    rows = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
-    return rows, offset + end
+        return []
+    return [json.loads(line) for line in data[:data.rfind(b"\n") + 1].splitlines() if line.strip()]
 
 
-def train(task: str, backend: str, seed: int, budget: float, run_dir: Path,
-          overrides: list[str]) -> dict[str, Any]:
-    """Runs train.py and returns the run's record (without the evaluation)."""
+def train(task: str, backend: str, seed: int, budget: float, run_dir: Path, overrides: list[str],
+          earlier: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Runs train.py and returns the run's record (without the evaluation); with ``earlier`` (the record of
+    the run so far) it continues the run from its last checkpoint."""
     cmd = [sys.executable, "train.py", f"env={task}", f"env.backend={backend}", f"seed={seed}",
            f"gp.time_limit={budget:g}", "wandb.mode=disabled", "progress=false", f"hydra.run.dir={run_dir}",
-           *overrides]
+           *([f"resume={run_dir}"] if earlier else []), *overrides]
     log_path = run_dir.with_suffix(".log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     metrics_path = run_dir / "metrics.jsonl"
-    curve: list[dict[str, Any]] = []
-    offset = 0
-    with open(log_path, "w") as log:
+    before = earlier["wall_s"] if earlier else 0.0
+    # generation -> point; a row whose trainer clock differs from the stored point's is new (or redone after
+    # the checkpoint a continuation starts from) and gets this moment's wall-clock
+    points = {p["generation"]: p for p in (earlier or {}).get("curve", [])}
+    with open(log_path, "a" if earlier else "w") as log:
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         while True:
             done = proc.poll() is not None
-            now = time.perf_counter() - start
-            rows, offset = read_metrics(metrics_path, offset)
-            curve += [{"generation": r["generation"], "wall_s": now, "elapsed_s": r["elapsed_s"],
-                       "best_return": r["best_return"], "best_so_far": r["best_so_far"],
-                       "episode_length": r.get("episode_length")} for r in rows]
+            now = before + time.perf_counter() - start
+            for r in read_metrics(metrics_path):
+                p = points.get(r["generation"])
+                if p is None or p["elapsed_s"] != r["elapsed_s"]:
+                    points[r["generation"]] = {
+                        "generation": r["generation"], "wall_s": now, "elapsed_s": r["elapsed_s"],
+                        "best_return": r["best_return"], "best_so_far": r["best_so_far"],
+                        "episode_length": r.get("episode_length")}
             if done:
                 break
             time.sleep(0.1)
         wall = time.perf_counter() - start
+    final = {r["generation"] for r in read_metrics(metrics_path)}
+    curve = [points[g] for g in sorted(points) if g in final]
     record: dict[str, Any] = {
-        "task": task, "backend": backend, "seed": seed, "budget_s": budget, "wall_s": wall,
+        "task": task, "backend": backend, "seed": seed, "budget_s": budget, "wall_s": before + wall,
         "returncode": proc.returncode, "run_dir": str(run_dir), "log": str(log_path),
         "command": " ".join(cmd[1:]), "evogp_table_viii": EVOGP_TABLE_VIII.get(task)}
+    if earlier:
+        record["segments_wall_s"] = earlier.get("segments_wall_s", [earlier["wall_s"]]) + [wall]
     if proc.returncode != 0:
         record["error"] = log_path.read_text()[-2000:]
     summary_path = run_dir / "summary.json"
@@ -328,6 +339,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--episodes", type=int, default=10, help="fresh episodes per exported policy")
     ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="seed of the first evaluation episode")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue the runs of the document in --out from their last checkpoints")
     ap.add_argument("--merge", nargs="+", default=[], metavar="FILE.json[:NAME,...]",
                     help="gather the records of these documents (or grid.json files, or some of their runs) "
                          "instead of running")
@@ -343,16 +356,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = Path(args.out).resolve()
     runs = [(task, seed, out / args.backend / task / f"seed{seed}")
             for task in args.tasks for seed in args.seeds]
-    taken = [str(d) for _, _, d in runs if d.exists() and any(d.iterdir())]
-    if taken:
-        ap.error(f"run directories already hold files: {taken}; choose another --out or remove them")
+    earlier: dict[tuple[str, int], dict[str, Any]] = {}
+    if args.resume:
+        path = out / f"bench_policies_{args.backend}.json"
+        if not path.exists():
+            ap.error(f"--resume continues the runs of {path}, which does not exist")
+        earlier = {(r["task"], r["seed"]): r for r in json.loads(path.read_text())["records"]}
+        missing = [str(d) for task, seed, d in runs
+                   if (task, seed) not in earlier or not any((d / "checkpoints").glob("gen_*.pt"))]
+        if missing:
+            ap.error(f"--resume: {path} has no run with a checkpoint in {missing}")
+    else:
+        taken = [str(d) for _, _, d in runs if d.exists() and any(d.iterdir())]
+        if taken:
+            ap.error(f"run directories already hold files: {taken}; choose another --out, remove them or "
+                     "continue them with --resume")
 
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     records = []
     for task, seed, run_dir in runs:  # every training first: evaluations here hold no GPU memory meanwhile
-        print(f"bench_policies: training {task} seed {seed} on {args.backend} ({args.budget:g} s)",
+        how = "continuing" if args.resume else "training"
+        print(f"bench_policies: {how} {task} seed {seed} on {args.backend} ({args.budget:g} s)",
               file=sys.stderr)
-        records.append(train(task, args.backend, seed, args.budget, run_dir, overrides))
+        records.append(train(task, args.backend, seed, args.budget, run_dir, overrides,
+                             earlier.get((task, seed))))
         rec = records[-1]
         print(f"bench_policies: {task} seed {seed}: exit {rec['returncode']}, {rec.get('generations')} "
               f"generations, {rec['wall_s']:.1f} s", file=sys.stderr)

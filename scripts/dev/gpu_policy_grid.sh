@@ -9,6 +9,7 @@
 #     walker_default 2-3   walker2d:1 400
 #     cheetah_race   4-5   halfcheetah 400 'env.racing={horizon: 0.25, finalists: 0.25}'
 #     swimmer_brax   6-7/0 swimmer 300
+#     cheetah_long   0-15/0 halfcheetah 1650 --resume   (the run of that name, continued: bench_policies --resume)
 #   KERNELS: the CUDA kernels' build folder (GPRL_CACHE of the Brax runs; default .gprl_cache_gpu), built once
 #   before the Brax runs start; a folder built before on the same torch build is reused.
 # Writes grid.json (every run's record: evaluation, generations, steps, curve; a run still going or stopped
@@ -50,6 +51,7 @@ runs=(); pids=()
 while read -r name cores task budget rest; do
   [ -z "${name:-}" ] || [ "${name:0:1}" = "#" ] && continue
   eval "overrides=($rest)"
+  resume=(); [ "${overrides[0]:-}" = --resume ] && { resume=(--resume); overrides=("${overrides[@]:1}"); }
   seed=0; [[ "$task" == *:* ]] && { seed=${task#*:}; task=${task%%:*}; }
   backend=mujoco gpu= cache=$PWD/.gprl_cache_cpu limit=$(( ${budget%.*} + 120 ))
   # a Brax run also compiles its environment twice (training, then the replay's batch of 10)
@@ -57,7 +59,7 @@ while read -r name cores task budget rest; do
   CUDA_VISIBLE_DEVICES=$gpu GPRL_CACHE=$cache XLA_PYTHON_CLIENT_PREALLOCATE=false \
     timeout $limit taskset -c "$cores" python3 scripts/bench_policies.py \
     --backend "$backend" --tasks "$task" --seeds "$seed" --budget "$budget" --out "/tmp/grid/$name" \
-    -- "${overrides[@]}" >"/tmp/grid_$name.log" 2>&1 &
+    "${resume[@]}" -- "${overrides[@]}" >"/tmp/grid_$name.log" 2>&1 &
   runs+=("$name"); pids+=($!)
 done <"$SPEC"
 

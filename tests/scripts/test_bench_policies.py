@@ -92,3 +92,21 @@ def test_one_mujoco_task_end_to_end(tmp_path, capsys):
                        (f"{grid}:a,stopped", r"no finished run.*stopped")):
         with pytest.raises(SystemExit, match=match):
             bench.main(["--out", str(merged_out), "--merge", bad])
+
+    # --resume continues the finished run from its last checkpoint (its end) to a larger budget: the earlier
+    # points stay, the new ones follow them, and the processes' wall-clocks add up
+    with pytest.raises(SystemExit):  # nothing to continue in another folder
+        bench.main(["--out", str(tmp_path / "other"), "--tasks", "hopper", "--resume"])
+    again = bench.main(["--out", str(out), "--budget", "4", "--tasks", "hopper", "--episodes", "3",
+                        "--resume", "--", "gp.population_size=12", "env.episode_length=50"])
+    [cont] = again["records"]
+    assert cont["returncode"] == 0 and "error" not in cont and "eval_error" not in cont, cont.get("error")
+    assert cont["segments_wall_s"][0] == rec["wall_s"] and cont["wall_s"] == sum(cont["segments_wall_s"])
+    assert cont["generations"] > rec["generations"] and 2.0 < cont["evolution_s"] <= 5.0
+    metrics = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [p["generation"] for p in cont["curve"]] == list(range(cont["generations"])) == [
+        m["generation"] for m in metrics]
+    assert cont["curve"][:rec["generations"]] == rec["curve"]
+    walls = [p["wall_s"] for p in cont["curve"]]
+    assert walls == sorted(walls) and rec["wall_s"] < walls[rec["generations"]] <= cont["wall_s"]
+    assert cont["curve"][-1]["best_so_far"] == cont["best_train_return"] and len(cont["eval"]["returns"]) == 3
