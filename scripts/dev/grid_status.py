@@ -46,7 +46,7 @@ def main() -> None:
     end = time.monotonic() + args.wait
     while not status.exists() and time.monotonic() < end:
         time.sleep(5)
-    state = f"ended (exit status {status.read_text().strip()})" if status.exists() else "running"
+    state = f"ended (exit status {status.read_text().strip()})" if status.exists() else "no exit status yet"
     print(f"grid {args.out}: {state}, {time.strftime('%H:%M:%S')}")
     names = [ln.split()[0] for ln in (args.out / "spec.txt").read_text().splitlines()
              if ln.strip() and not ln.startswith("#")]
