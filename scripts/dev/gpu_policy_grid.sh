@@ -4,13 +4,13 @@
 # on its cores (no GPU), or Brax on one GPU of its own when its CORES column ends in /GPU. GPU_CMD, when set,
 # runs alongside and its output goes to $OUT/gpu.log.
 #
-# Usage: [GPU_CMD='...'] [KERNELS=DIR] bash scripts/dev/gpu_policy_grid.sh [--out DIR] [--wheels DIR] [--detach]
-#        SPEC
+# Usage: [GPU_CMD='...'] [KERNELS=DIR] bash scripts/dev/gpu_policy_grid.sh [--out DIR] [--wheels DIR]
+#        [--detach] SPEC
 #   SPEC lines: NAME CORES[/GPU] TASK[:SEED] BUDGET [Hydra overrides...]   e.g.
 #     walker_default 2-3   walker2d:1 400
 #     cheetah_race   4-5   halfcheetah 400 'env.racing={horizon: 0.25, finalists: 0.25}'
 #     swimmer_brax   6-7/0 swimmer 300
-#     cheetah_long   0-15/0 halfcheetah 1650 --resume   (the run of that name continued: bench_policies --resume)
+#     cheetah_long   0-15/0 halfcheetah 1650 --resume   (that run continued: bench_policies.py --resume)
 #   KERNELS: the CUDA kernels' build folder (GPRL_CACHE of the Brax runs; default .gprl_cache_gpu), built once
 #   before the Brax runs start; a folder built before on the same torch build is reused.
 # Writes grid.json (every run's record: evaluation, generations, steps, curve; a run still going or stopped
