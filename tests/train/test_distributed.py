@@ -230,7 +230,8 @@ try:
             raise ValueError("device=cuda: rank 1 has no GPU")
 except Exception as err:
     out["error"] = f"{type(err).__name__}: {err}"
-print(json.dumps(out))
+print(json.dumps(out), flush=True)  # before the group's teardown: its threads can abort a process at exit
+d.close()
 """
 
 
