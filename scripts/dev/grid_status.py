@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import importlib.util
 import json
 import time
 from pathlib import Path
@@ -19,10 +20,22 @@ from pathlib import Path
 RUNS = Path("/tmp/grid")
 
 
+def load_bench() -> object:
+    """``scripts/bench_policies.py``, the runs' driver, for its reader of ``metrics.jsonl``."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_policies", Path(__file__).resolve().parents[1] / "bench_policies.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+read_metrics = load_bench().read_metrics
+
+
 def run_line(name: str) -> str:
     line = name
     for path in glob.glob(str(RUNS / name / "*/*/*/metrics.jsonl")):
-        rows = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip().endswith("}")]
+        rows = read_metrics(Path(path))
         if rows:
             r = rows[-1]
             line += (f"  generation {r['generation']}  {r['elapsed_s']:.0f} s  best {r['best_so_far']:.1f}"
