@@ -67,14 +67,16 @@ class Evolution:
     ``evaluate(population, generation) -> (fitness [P], metrics)`` scores all populations at once (the
     :class:`gprl.train.tasks.Task` interface); ``gps[k]`` varies population ``k`` and holds its archive.
     ``time_limit`` is in seconds, counting ``elapsed_before`` (a resumed run's earlier time); the loop stops
-    where one more generation, as long as the last, would end past it. ``step`` makes
+    where one more generation, as long as the last, would end past it (a resumed run's last:
+    ``last_before``, the :attr:`last_s` its checkpoint kept; ``stopped``: a reason to stop it already had,
+    so a run resumed after its search ended evaluates nothing more). ``step`` makes
     the next population (default ``gp.step``; the training app varies on one process and shares the result),
     and ``agree`` turns this process's stop decision into the one every process takes."""
 
     def __init__(self, gps: Sequence[GeneticProgramming], evaluate: Evaluate, *,
                  generations: int | None = None,
-                 time_limit: float | None = None, elapsed_before: float = 0.0,
-                 constants: ConstantFitting | None = None, finish: str = "vary",
+                 time_limit: float | None = None, elapsed_before: float = 0.0, last_before: float = 0.0,
+                 stopped: str = "", constants: ConstantFitting | None = None, finish: str = "vary",
                  step: Callable[[GeneticProgramming, Population, torch.Tensor], Population] = \
                  GeneticProgramming.step,
                  agree: Callable[[str], str] = same_decision):
@@ -83,7 +85,8 @@ class Evolution:
         if finish == "archive" and generations is None:
             raise ValueError('finish="archive" needs a generation budget (generations)')
         self.gps, self.evaluate, self.generations = list(gps), evaluate, generations
-        self.time_limit, self.elapsed_before = time_limit, elapsed_before
+        self.time_limit, self.elapsed_before, self.stopped = time_limit, elapsed_before, stopped
+        self.last_s = last_before  # the last whole generation's seconds: the next is expected to take as long
         self.constants, self.finish, self.step, self.agree = constants, finish, step, agree
         self.started = time.perf_counter()
 
@@ -101,11 +104,11 @@ class Evolution:
         returns a reason to stop ("" or None: go on), ranked after the loop's own rules."""
         self.started = time.perf_counter()
         pops, g, fitness = list(populations), start, None
-        # the last whole generation's seconds: the next is expected to take as long, and the time limit
-        # stops the search before a generation that would end past it
-        began, last = None, 0.0
+        began = None
+        # a resumed run that already reached its budget
         stop = "generations" if self.finish == "vary" and self.generations is not None \
-            and start >= self.generations else ""  # a resumed run that already reached its budget
+            and start >= self.generations else self.stopped or (self._out_of_time(self.elapsed_before)
+                                                                if self.elapsed_before else "")
         while True:
             if before is not None:
                 before(g, pops, stop)
@@ -113,7 +116,7 @@ class Evolution:
                 break
             now = time.perf_counter()
             if began is not None:
-                last = now - began
+                self.last_s = now - began
             began = now
             fitness, metrics = self._evaluate(pops, g)
             if self.finish == "archive" and g == self.generations:
@@ -121,8 +124,7 @@ class Evolution:
             else:
                 reached = self.finish == "vary" and self.generations is not None and g + 1 >= self.generations
                 elapsed = self.elapsed()
-                stop = "generations" if reached else \
-                    "time_limit" if self.time_limit is not None and elapsed + last >= self.time_limit else ""
+                stop = "generations" if reached else self._out_of_time(elapsed)
                 if report is not None:  # reported even when the loop stops after it
                     asked = report(Generation(g, pops, fitness, metrics, time.perf_counter() - began, elapsed,
                                               stop))
@@ -135,6 +137,11 @@ class Evolution:
             pops = [self.step(gp, pop, fit) for gp, pop, fit in zip(self.gps, pops, fitness)]
             g += 1
         return Result(pops, fitness, g, stop)
+
+    def _out_of_time(self, elapsed: float) -> str:
+        """"time_limit" where one more generation, as long as the last, would end past the limit."""
+        late = self.time_limit is not None and elapsed + self.last_s >= self.time_limit
+        return "time_limit" if late else ""
 
     def _evaluate(self, pops: list[Population], g: int) -> tuple[list[torch.Tensor], dict[str, Any]]:
         fitness, metrics = self.evaluate(pops[0] if len(pops) == 1 else Population.cat(pops), g)

@@ -369,7 +369,7 @@ class Run:
         self.metrics_path = self.run_dir / "metrics.jsonl"
         if state is None:
             self.population = self.share(gp.init() if self.main else None)
-            self.start, elapsed_before, self.total_steps, self.wandb_id = 0, 0.0, 0, None
+            self.start, elapsed_before, last_before, self.total_steps, self.wandb_id = 0, 0.0, 0.0, 0, None
             self.run_index = 0  # which of the gp.restarts runs the search is in
             self.best_so_far = -math.inf if task.maximize else math.inf
             self.resume_changes: list[dict[str, Any]] = []
@@ -383,6 +383,7 @@ class Run:
             gp.archive.trees = population_from_state(state["archive_trees"], gp.device)
             task.load_state_dict(state["task"])
             elapsed_before, self.total_steps = state["elapsed"], state["total_env_steps"]
+            last_before = state.get("last_generation_s", 0.0)
             self.run_index, gp.fresh_at = state.get("restart", (0, 0))
             self.best_so_far, self.wandb_id = state["best_so_far"], state.get("wandb_id")
             # every continuation with changed settings, in order (the run's record of them)
@@ -395,7 +396,8 @@ class Run:
         # task.refine's share of the time limit comes after the generations (refine_seconds)
         self.search = Evolution([gp], task.evaluate, generations=self.gp_cfg.get("generations"),
                                 time_limit=limit and limit * (1 - task.refine_share),
-                                elapsed_before=elapsed_before,
+                                elapsed_before=elapsed_before, last_before=last_before,
+                                stopped="target_return" if self.target_reached() else "",
                                 step=self.vary, agree=self.agree_on_stop)
 
     def share(self, population: Population | None) -> Population:
@@ -433,9 +435,7 @@ class Run:
         best_key = f"best_{task.score_name}"  # best_return (policies) or best_loss (lower is better)
         best = float(m.get(best_key, fitness.max() if task.maximize else fitness.min()))
         self.best_so_far = max(self.best_so_far, best) if task.maximize else min(self.best_so_far, best)
-        target = self.gp_cfg.get("target_return")
-        reached = target is not None and (self.best_so_far >= target if task.maximize
-                                          else self.best_so_far <= target)
+        reached = self.target_reached()
         with self.dist.agree("logging the generation"):
             if self.main:
                 dt, elapsed = generation.evaluation_s, generation.elapsed_s
@@ -454,6 +454,12 @@ class Run:
                                          sps=f"{row['env_steps_per_s']:.0f}", t=f"{elapsed:.0f}s")
                     self.bar.update(1)
         return "target_return" if reached else ""
+
+    def target_reached(self) -> bool:
+        """Whether the best score so far reached ``gp.target_return``."""
+        target = self.gp_cfg.get("target_return")
+        return target is not None and (self.best_so_far >= target if self.task.maximize
+                                       else self.best_so_far <= target)
 
     def agree_on_stop(self, stop: str) -> str:
         return self.dist.broadcast_object(stop, "agreeing on the stopping rule")  # rank 0's clock decides
@@ -491,6 +497,7 @@ class Run:
                 "archive_loss": self.gp.archive.loss.cpu().clone(),
                 "archive_trees": population_state(self.gp.archive.trees),
                 "task": self.task.state_dict(), "elapsed": self.search.elapsed(),
+                "last_generation_s": self.search.last_s,
                 "total_env_steps": self.total_steps, "best_so_far": self.best_so_far,
                 "restart": (self.run_index, self.gp.fresh_at), "wandb_id": self.tracker.run_id}
 

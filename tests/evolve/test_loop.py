@@ -127,6 +127,21 @@ def test_a_run_resumed_past_its_budget_evaluates_nothing():
     assert result.fitness is None and result.generation == 3 and result.populations[0] is pop
 
 
+@pytest.mark.parametrize("elapsed, last, stopped, evaluated", [
+    (9.5, 1.0, "", False),               # one more generation as long as its last would end past 10 s
+    (9.5, 0.2, "", True),
+    (2.0, 1.0, "target_return", False),  # it had already reached its target
+])
+def test_a_run_resumed_after_its_time_ran_out_evaluates_nothing(elapsed, last, stopped, evaluated):
+    calls = []
+    gp = make_gp()
+    result = Evolution([gp], lambda p, g: calls.append(g) or evaluate(p, g), generations=100, time_limit=10.0,
+                       elapsed_before=elapsed, last_before=last, stopped=stopped).run([gp.init()], start=7)
+    assert bool(calls) == evaluated
+    if not evaluated:
+        assert (result.stopped_by, result.generation, result.fitness) == (stopped or "time_limit", 7, None)
+
+
 def test_time_limit_and_the_agreed_decision():
     gp = make_gp()
     result = Evolution([gp], evaluate, generations=100, time_limit=1e-9).run([gp.init()])

@@ -189,3 +189,21 @@ def test_checkpoint_without_stored_settings_still_resumes(base, tmp_path):
     torch.save(state, path)
     train(tmp_path, "resumer", *BASE, f"resume={run}", "gp.generations=4")
     assert [r["generation"] for r in metrics(run)] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("stop", [["gp.time_limit=2"], ["gp.target_return=-1e9", "gp.generations=50"]])
+def test_a_run_whose_search_ended_resumes_to_its_export_only(tmp_path, stop):
+    """Interrupted after its time limit or target stopped the search (during refinement, validation or
+    export): the resumed run evaluates no further generation and exports the same policy."""
+    overrides = ["wandb.mode=disabled", "checkpoint_every=1000", *stop]
+    train(tmp_path, "run", *overrides)
+    run = tmp_path / "run"
+    done = json.loads((run / "summary.json").read_text())
+    assert done["stopped_by"] == ("time_limit" if len(stop) == 1 else "target_return")
+    policy = (run / "policy.py").read_text()
+    for name in ("summary.json", "policy.py"):
+        (run / name).unlink()
+    train(tmp_path, "resumer", *overrides, f"resume={run}")
+    again = json.loads((run / "summary.json").read_text())
+    assert len(metrics(run)) == done["generations"] and again["generations"] == done["generations"]
+    assert again["stopped_by"] == done["stopped_by"] and (run / "policy.py").read_text() == policy
