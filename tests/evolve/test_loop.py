@@ -132,7 +132,7 @@ def test_a_run_resumed_past_its_budget_evaluates_nothing():
     (9.5, 0.2, "", True),
     (2.0, 1.0, "target_return", False),  # it had already reached its target
 ])
-def test_a_run_resumed_after_its_time_ran_out_evaluates_nothing(elapsed, last, stopped, evaluated):
+def test_a_resumed_run_applies_the_time_limit_and_a_reached_target_first(elapsed, last, stopped, evaluated):
     calls = []
     gp = make_gp()
     result = Evolution([gp], lambda p, g: calls.append(g) or evaluate(p, g), generations=100, time_limit=10.0,
