@@ -12,24 +12,15 @@ from __future__ import annotations
 
 import argparse
 import glob
-import importlib.util
 import json
+import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_policies import read_metrics  # the runs' driver: one reader of metrics.jsonl
+
 RUNS = Path("/tmp/grid")
-
-
-def load_bench() -> object:
-    """``scripts/bench_policies.py``, the runs' driver, for its reader of ``metrics.jsonl``."""
-    spec = importlib.util.spec_from_file_location(
-        "bench_policies", Path(__file__).resolve().parents[1] / "bench_policies.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-read_metrics = load_bench().read_metrics
 
 
 def run_line(name: str) -> str:
