@@ -105,10 +105,10 @@ class Evolution:
         self.started = time.perf_counter()
         pops, g, fitness = list(populations), start, None
         began = None
-        # a resumed run that already reached its budget
-        stop = "generations" if self.finish == "vary" and self.generations is not None \
-            and start >= self.generations else self.stopped or (self._out_of_time(self.elapsed_before)
-                                                                if self.elapsed_before else "")
+        # a resumed run whose search had ended (its generations, its time or its target) evaluates nothing
+        budget_spent = self.finish == "vary" and self.generations is not None and start >= self.generations
+        late = self._out_of_time(self.elapsed_before) if self.elapsed_before else ""
+        stop = "generations" if budget_spent else self.stopped or late
         while True:
             if before is not None:
                 before(g, pops, stop)
