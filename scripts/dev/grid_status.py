@@ -46,13 +46,16 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS")
     args = parser.parse_args()
+    spec = args.out / "spec.txt"
+    if not spec.exists():  # a fresh machine: the grid's lease ended, nothing to wait for
+        sys.exit(f"grid_status.py: {args.out} holds no grid ({spec} missing): start one first")
     status = args.out / "exit_status"
     end = time.monotonic() + args.wait
     while not status.exists() and time.monotonic() < end:
         time.sleep(5)
     state = f"ended (exit status {status.read_text().strip()})" if status.exists() else "no exit status yet"
     print(f"grid {args.out}: {state}, {time.strftime('%H:%M:%S')}")
-    names = [ln.split()[0] for ln in (args.out / "spec.txt").read_text().splitlines()
+    names = [ln.split()[0] for ln in spec.read_text().splitlines()
              if ln.strip() and not ln.startswith("#")]
     for name in names:
         print(run_line(name))
