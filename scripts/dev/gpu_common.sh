@@ -19,8 +19,11 @@ gpu_args() {
 # gpu_install_wheels LOG: the wheels in $WHEELS (if any) go to /tmp/site, which joins PYTHONPATH (no network).
 gpu_install_wheels() {
   if compgen -G "$WHEELS/*.whl" >/dev/null; then
+    local start
+    start=$(date +%s)
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$WHEELS"/*.whl >>"$1" 2>&1
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    echo "wheel install seconds: $(( $(date +%s) - start ))" >>"$1"
   fi
 }
 
