@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS")
     args = parser.parse_args()
     spec = args.out / "spec.txt"
-    if not spec.exists():  # a fresh machine: the grid's lease ended, nothing to wait for
+    if not spec.exists():  # no grid was started in OUT on this machine: nothing to wait for
         sys.exit(f"grid_status.py: {args.out} holds no grid ({spec} missing): start one first")
     status = args.out / "exit_status"
     end = time.monotonic() + args.wait
