@@ -32,6 +32,7 @@ import numpy as np
 import torch
 import torch.utils.dlpack
 
+from ..backend.build import cache_dir
 from ._deps import available, require
 from .base import StepResult, VecEnv, canonical_device
 
@@ -43,7 +44,12 @@ CUDA_GRAPH_OPTIONS = {"xla_gpu_graph_min_graph_size": 1}
 def _import_jax() -> Any:
     # JAX and torch share the GPU: JAX must not grab 75% of its memory when it starts
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    return require("jax", "brax")
+    jax = require("jax", "brax")
+    if jax.config.jax_compilation_cache_dir is None:
+        # compiled resets and steps persist across runs, beside gprl's kernels (a Brax step takes seconds to
+        # compile, every run); a folder the user chose (JAX_COMPILATION_CACHE_DIR) is kept
+        jax.config.update("jax_compilation_cache_dir", str(cache_dir() / "jax"))
+    return jax
 
 
 class ClipCompatNumpy:

@@ -297,3 +297,22 @@ def test_observation_names_come_from_the_simulated_model(pendulum: genvs.VecEnv)
     assert _obs_names("hopper", brax_envs.get_environment("hopper"), 12) is None  # sizes must agree
     assert _obs_names("ant", brax_envs.get_environment("ant"), 27) is None  # another layout than Gymnasium's
     assert pendulum.obs_names is None
+
+
+def test_compiled_steps_go_to_gprls_cache_unless_the_user_chose_a_folder(monkeypatch, tmp_path) -> None:
+    """JAX's persistent compilation cache keeps a run's compiled resets and steps for the next run: in
+    ``$GPRL_CACHE/jax``, or in the folder the user gave JAX (JAX_COMPILATION_CACHE_DIR or its config)."""
+    import jax
+    from gprl.envs import brax_env
+
+    monkeypatch.setenv("GPRL_CACHE", str(tmp_path))
+    before = jax.config.jax_compilation_cache_dir
+    try:
+        jax.config.update("jax_compilation_cache_dir", None)
+        brax_env._import_jax()
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "jax")
+        jax.config.update("jax_compilation_cache_dir", str(tmp_path / "own"))
+        brax_env._import_jax()
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "own")
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)
