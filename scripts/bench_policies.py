@@ -119,8 +119,8 @@ def train(task: str, backend: str, seed: int, budget: float, run_dir: Path, over
         s = json.loads(summary_path.read_text())
         keys = ("stopped_by", "generations", "total_env_steps", "best_train_return", "validation_return",
                 "tree_length", "elapsed_s")
-        refine = ("refine_iterations", "refine_s", "refine_weights", "refined_validation_return",
-                  "unrefined_validation_return")
+        refine = ("refine_iterations", "refine_s", "refine_weights", "refine_constants",
+                  "refined_validation_return", "unrefined_validation_return")
         record.update({k: s.get(k) for k in keys})
         record.update({k: s[k] for k in refine if k in s})  # task.refine's report
         record["evolution_s"] = curve[-1]["elapsed_s"] if curve else None  # trainer clock, last generation

@@ -1,23 +1,27 @@
-"""Linear refinement of a tree policy: random search over a linear term added to every output.
+"""Refinement of a tree policy by random search: a linear feedback term, or the tree's own constants.
 
-The tree's outputs ``y(x)`` (``x`` the normalised observations) get a linear feedback term,
+``target: feedback`` (the default) gives the tree's outputs ``y(x)`` (``x`` the normalised observations) a
+linear feedback term,
 
-    y'(x) = y(x) + W x + b          (W, b: [n_out, n_in + 1], starting at 0),
+    y'(x) = y(x) + W x + b          (W, b: [n_out, n_in + 1], starting at 0);
 
-tuned by Augmented Random Search (Mania et al. 2018, with its top-directions rule, on the tree's frozen
-observation normalisation): each iteration plays ``pairs`` antithetic perturbations ``(W, b) ± sigma·δ``
-one episode each, from fresh initial states, and steps along the ``top`` directions whose better member
-scored highest,
+``target: constants`` tunes the numbers the tree already holds, each perturbed in proportion to its size
+(``s = max(|c|, 0.1)``), so the formula keeps its shape and length.
 
-    (W, b) ← (W, b) + step / (top · σ_R) · Σ (r⁺ − r⁻) · δ          (σ_R: the std of those 2·top returns).
+Both are tuned by Augmented Random Search (Mania et al. 2018, with its top-directions rule, on the tree's
+frozen observation normalisation): each iteration plays ``pairs`` antithetic perturbations
+``θ ± sigma·s·δ``, ``episodes`` episodes each from fresh initial states, and steps along the ``top``
+directions whose better member scored highest,
 
-With ``keep = k`` the search prunes halfway: each action's ``k`` largest weights (normalised observations,
-so comparable) go on being tuned, the others are zeroed, and the folded formulas stay short.
+    θ ← θ + step / (top · σ_R) · Σ (r⁺ − r⁻) · s·δ          (σ_R: the std of those 2·top mean returns).
 
-Evolution finds a gait's structure in few nodes; the dense feedback on every observation, averaged over many
-initial states, is what makes it hold from all of them, which single-episode selection of trees rarely
-finds. :func:`fold` writes the result as one tree (the tree's formulas plus the linear terms), so validation,
-export and replay treat it like any other.
+With ``keep = k`` the feedback search prunes halfway: each action's ``k`` largest weights (normalised
+observations, so comparable) go on being tuned, the others are zeroed, and the folded formulas stay short.
+
+Evolution finds a gait's structure in few nodes; tuning its numbers on many initial states at once is what
+makes it hold from all of them, which single-episode selection of trees rarely finds. :func:`fold` writes
+the feedback as one tree (the tree's formulas plus the linear terms) and :func:`with_constants` the tuned
+constants, so validation, export and replay treat the result like any other tree.
 """
 
 from __future__ import annotations
@@ -32,9 +36,11 @@ import sympy
 import torch
 
 from gprl.core.population import Population
+from gprl.evolve.constants import constant_slots
 from gprl.rl.policy import ActionMap
 
-REFINE_KEYS = ("share", "iterations", "pairs", "top", "sigma", "step", "keep")
+REFINE_KEYS = ("share", "iterations", "pairs", "top", "sigma", "step", "keep", "target", "episodes")
+TARGETS = ("feedback", "constants")
 
 
 @dataclass(frozen=True)
@@ -42,8 +48,9 @@ class RefineSettings:
     """``task.refine``: ``share`` of the search's time (the last share of ``gp.time_limit``; a search that
     generations or a target ended refines for ``share / (1 - share)`` of its evolution time), ``iterations``
     (a cap, or the budget without a share), ``pairs`` of perturbations per iteration (null: half the training
-    batch, whose environments are then reused), the ``top`` pairs that step, ``sigma``, ``step`` and ``keep``
-    (weights per action tuned after half the refinement; null: every observation's)."""
+    batch, whose environments are then reused), the ``top`` pairs that step, ``sigma``, ``step``, ``keep``
+    (weights per action tuned after half the refinement; null: every observation's), the ``target`` tuned
+    (``feedback`` or ``constants``) and the ``episodes`` each perturbation plays (their mean scores it)."""
 
     share: float = 0.0
     iterations: int | None = None
@@ -52,6 +59,8 @@ class RefineSettings:
     sigma: float = 0.03
     step: float = 0.02
     keep: int | None = None  # null: every observation's weight
+    target: str = "feedback"
+    episodes: int = 1
 
     @classmethod
     def from_config(cls, refine: dict[str, Any] | bool | None) -> RefineSettings | None:
@@ -68,7 +77,10 @@ class RefineSettings:
         if not (isinstance(s.share, (int, float)) and 0 <= s.share < 1):
             raise ValueError(f"task.refine.share must be in [0, 1) (the share of the search's time given to "
                              f"refinement), got {s.share!r}")
-        for name in ("iterations", "pairs", "top", "keep"):
+        if s.target not in TARGETS:
+            raise ValueError(f"task.refine.target must be one of {list(TARGETS)} (a linear feedback term, or "
+                             f"the tree's own constants), got {s.target!r}")
+        for name in ("iterations", "pairs", "top", "keep", "episodes"):
             v = getattr(s, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"task.refine.{name} must be a positive integer or null, got {v!r}")
@@ -78,6 +90,11 @@ class RefineSettings:
                 raise ValueError(f"task.refine.{name} must be a positive number, got {v!r}")
         if s.pairs is not None and s.top is not None and s.top > s.pairs:
             raise ValueError(f"task.refine.top ({s.top}) must be at most task.refine.pairs ({s.pairs})")
+        if s.keep is not None and s.target != "feedback":
+            raise ValueError("task.refine.keep prunes feedback weights: it applies to target=feedback only")
+        if s.episodes > 1 and s.pairs is None:
+            raise ValueError("task.refine.episodes > 1 needs task.refine.pairs (null pairs play the training "
+                             "batch's environments, one episode each)")
         if not s.share and s.iterations is None:
             raise ValueError("task.refine needs a budget: share (of the search's time) or iterations")
         return s
@@ -85,7 +102,7 @@ class RefineSettings:
 
 @dataclass
 class Refinement:
-    weights: torch.Tensor  # [n_out, n_in + 1] float64: W, then b
+    params: torch.Tensor  # float64: the feedback's [n_out, n_in + 1] (W, then b), or the tree's constants [C]
     iterations: int
     seconds: float
     history: list[dict[str, float]]  # per iteration: mean score of the perturbations
@@ -93,65 +110,84 @@ class Refinement:
 
 def linear_policy(tree: Population, weights: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
                   action_map: ActionMap) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The rollout policy of ``tree`` plus row ``k``'s linear term for environment ``k`` (``weights``
-    [K, n_out, n_in + 1] on the environment's device; observations [K, 1, n_in])."""
+    """The rollout policy of ``tree`` plus row ``k``'s linear term for environments ``[k, :]`` (``weights``
+    [K, n_out, n_in + 1] on the environment's device; observations [K, E, n_in])."""
     n_in, n_out = tree.n_in, tree.n_out
     # laid out once: one batched matmul a step instead of an einsum over slices
     w_t, bias = weights[:, :, :n_in].transpose(1, 2).contiguous(), weights[:, None, :, n_in].contiguous()
 
     def policy(obs: torch.Tensor) -> torch.Tensor:
         x = (obs - mean) / std
-        y = tree.forward(x.reshape(-1, n_in), check_finite=False).reshape(len(weights), 1, n_out)
+        y = tree.forward(x.reshape(-1, n_in), check_finite=False).reshape(len(weights), -1, n_out)
         return action_map(torch.baddbmm(bias, x, w_t).add_(y))
 
     return policy
 
 
+def constants_of(tree: Population) -> torch.Tensor:
+    """The constants of one tree in prefix order, ``[C]`` float64."""
+    pos, real = constant_slots(tree)
+    return tree.value.gather(1, pos)[real].double()
+
+
+def with_constants(tree: Population, values: torch.Tensor) -> Population:
+    """``K`` copies of one tree, copy ``k`` holding ``values[k]`` (``[K, C]``, prefix order) as its
+    constants."""
+    pos, _ = constant_slots(tree)
+    copies = tree[torch.zeros(len(values), dtype=torch.long, device=tree.device)]
+    value = copies.value.scatter(1, pos.expand(len(values), -1), values.to(copies.value))
+    return Population(copies.kind, copies.code, copies.out, value, copies.size, n_in=tree.n_in,
+                      n_out=tree.n_out)
+
+
 @torch.no_grad()
-def refine(n_in: int, n_out: int, rows: int, settings: RefineSettings, seconds: float | None, seed: int,
+def refine(start: torch.Tensor, rows: int, settings: RefineSettings, seconds: float | None, seed: int,
            play: Callable[[torch.Tensor, int], torch.Tensor],
            agree: Callable[[bool], bool] = lambda go: go,
-           log: Callable[[str], None] | None = None) -> Refinement:
-    """Tunes a linear term ``[n_out, n_in + 1]`` for ``seconds`` or ``settings.iterations``, whichever ends
-    first. ``play(weights, iteration)`` scores ``rows`` linear terms (``[rows, n_out, n_in + 1]`` float32 on
-    the CPU; ``2·pairs`` perturbations, then copies of the current term) on one training episode each and
-    returns their fitness ``[rows]``; ``agree(go)`` makes every process take the same decision to go on
-    (distributed runs: rank 0's clock). The perturbations come from a generator seeded by ``seed``."""
+           log: Callable[[str], None] | None = None, scale: torch.Tensor | None = None) -> Refinement:
+    """Tunes the parameters ``start`` (the feedback's ``[n_out, n_in + 1]`` zeros, or a tree's constants)
+    for ``seconds`` or ``settings.iterations``, whichever ends first, perturbing each by ``sigma·scale``
+    (default 1). ``play(params, iteration)`` scores ``rows`` parameter sets (``[rows, *start.shape]`` float32
+    on the CPU; ``2·pairs`` perturbations, then copies of the current set) and returns their fitness
+    ``[rows]``; ``agree(go)`` makes every process take the same decision to go on (distributed runs: rank
+    0's clock). The perturbations come from a generator seeded by ``seed``."""
     pairs = settings.pairs or rows // 2
     if not 1 <= 2 * pairs <= rows:
         raise ValueError(f"refinement needs 2 * pairs = {2 * pairs} environments, it has {rows}")
     top = min(settings.top or pairs, pairs)
     gen = torch.Generator().manual_seed(int(seed))
-    w = torch.zeros(n_out, n_in + 1, dtype=torch.float64)
+    w = start.double().clone()
+    scale = torch.ones_like(w) if scale is None else scale.double()
     history: list[dict[str, float]] = []
-    start, it = time.perf_counter(), 0
+    begin, it = time.perf_counter(), 0
     limit = settings.iterations or math.inf
     mask = torch.ones_like(w)
+    n_in = w.shape[-1] - 1  # feedback: the weights' observations (the last column is the bias)
     pruned = not settings.keep or settings.keep >= n_in
-    while agree(it < limit and (seconds is None or time.perf_counter() - start < seconds)):
+    while agree(it < limit and (seconds is None or time.perf_counter() - begin < seconds)):
         if not pruned and agree(it >= limit / 2 or (seconds is not None
-                                                    and time.perf_counter() - start >= seconds / 2)):
+                                                    and time.perf_counter() - begin >= seconds / 2)):
             pruned = True  # halfway: the `keep` largest weights per action go on, the others stay 0
             mask[:, :n_in] = 0.0
             mask.scatter_(1, w[:, :n_in].abs().topk(settings.keep, dim=1).indices, 1.0)
             w = w * mask
-        delta = torch.randn(pairs, n_out, n_in + 1, generator=gen, dtype=torch.float64) * mask
+        delta = torch.randn(pairs, *w.shape, generator=gen, dtype=torch.float64) * mask * scale
         cand = torch.cat([w + settings.sigma * delta, w - settings.sigma * delta,
-                          w[None].expand(rows - 2 * pairs, -1, -1)]).float()
+                          w[None].expand(rows - 2 * pairs, *w.shape)]).float()
         r = torch.nan_to_num(play(cand, it).cpu().double(), nan=-math.inf)
         plus, minus = r[:pairs], r[pairs:2 * pairs]
         keep = torch.topk(torch.maximum(plus, minus), top).indices
         chosen = torch.cat([plus[keep], minus[keep]])
         sd = chosen.std() if top > 1 else (plus[keep] - minus[keep]).abs().mean()
         if torch.isfinite(chosen).all() and sd > 0:
-            diff = (plus[keep] - minus[keep])[:, None, None]
+            diff = (plus[keep] - minus[keep]).reshape(-1, *[1] * w.dim())
             w = w + settings.step / (top * sd) * (diff * delta[keep]).sum(0)
         it += 1
         history.append({"iteration": it, "mean_score": float(r[:2 * pairs].mean())})
         if log is not None and (it == 1 or it % 25 == 0):
             log(f"refine: iteration {it}, perturbations' mean {history[-1]['mean_score']:.1f}, "
-                f"{time.perf_counter() - start:.0f} s")
-    return Refinement(w, it, time.perf_counter() - start, history)
+                f"{time.perf_counter() - begin:.0f} s")
+    return Refinement(w, it, time.perf_counter() - begin, history)
 
 
 def fold(tree: Population, weights: torch.Tensor) -> Population:

@@ -1,4 +1,5 @@
-"""task.refine: a linear feedback term on the best tree, tuned by random search (gprl.rl.refine)."""
+"""task.refine: a linear feedback term on the best tree, or its constants, tuned by random search
+(gprl.rl.refine)."""
 
 import json
 
@@ -8,7 +9,7 @@ import torch
 import gprl
 from gprl import envs
 from gprl.rl.policy import ActionMap, evaluate_policies
-from gprl.rl.refine import RefineSettings, fold, linear_policy, refine
+from gprl.rl.refine import RefineSettings, constants_of, fold, linear_policy, refine, with_constants
 from gprl.train.checkpoint import population_from_state
 from gprl.train.tasks.policy import PolicyTask
 
@@ -32,6 +33,10 @@ def test_fold_computes_the_tree_plus_the_linear_term():
     ({"pairs": 4}, "needs a budget"),
     ({"share": 0.3, "steps": 1}, "unknown"),
     ({"share": 0.3, "keep": 0}, "keep must be a positive integer"),
+    ({"share": 0.3, "target": "tree"}, "target must be one of"),
+    ({"share": 0.3, "target": "constants", "keep": 4}, "applies to target=feedback only"),
+    ({"share": 0.3, "episodes": 0}, "episodes must be a positive integer"),
+    ({"share": 0.3, "pairs": None, "episodes": 4}, "needs task.refine.pairs"),
 ])
 def test_settings_name_the_bad_entry(refine_cfg, match):
     with pytest.raises(ValueError, match=match):
@@ -62,10 +67,37 @@ def test_keep_tunes_the_largest_weights_per_action_after_half_the_iterations():
         return -100 * miss + 2 * torch.randn(len(weights), generator=noise, dtype=torch.float64)
 
     settings = RefineSettings(iterations=200, pairs=8, keep=2)
-    w = refine(8, 3, 16, settings, None, 0, play).weights
+    w = refine(torch.zeros(3, 9), 16, settings, None, 0, play).params
     assert (w[:, :8].count_nonzero(dim=1) <= 2).all()
     found = target[:, :8] != 0
     torch.testing.assert_close(w[:, :8][found], target[:, :8][found], atol=0.08, rtol=0)
+
+
+def test_with_constants_writes_each_copy_its_own_constants():
+    tree = gprl.Population.from_expressions([["1.5*x0 - 0.25", "sin(x1)*3.0 + x2"]], n_in=3)
+    c = constants_of(tree)
+    stored = tree.value[0][(tree.kind[0] & 3) == 2].double()  # CONST nodes, prefix order
+    torch.testing.assert_close(c, stored)
+    assert sorted(c.abs().tolist())[-3:] == [0.25, 1.5, 3.0]
+    copies = with_constants(tree, torch.stack([2 * c, c]))
+    x = torch.randn(200, 3, generator=torch.Generator().manual_seed(0))
+    doubled = gprl.Population.from_expressions([["3.0*x0 - 0.5", "sin(x1)*6.0 + x2"]], n_in=3).forward(x)[0]
+    torch.testing.assert_close(copies.forward(x)[0], doubled)
+    torch.testing.assert_close(copies.forward(x)[1], tree.forward(x)[0])
+    assert (copies.kind == tree.kind).all() and (copies.size == tree.size).all()
+
+
+def test_constants_move_in_proportion_to_their_size():
+    """Targets 100x apart: perturbations scaled by max(|c|, 0.1) reach both within 2% in 150 iterations."""
+    start = torch.tensor([10.0, 0.1, -0.5], dtype=torch.float64)
+    target = torch.tensor([13.0, 0.13, -0.65], dtype=torch.float64)
+
+    def play(params, iteration):
+        return -(((params.double() - target) / target.abs()) ** 2).sum(1) * 1000
+
+    settings = RefineSettings(iterations=150, pairs=8, top=4, sigma=0.05, step=0.05, target="constants")
+    done = refine(start, 16, settings, None, 0, play, scale=start.abs().clamp(min=0.1))
+    torch.testing.assert_close(done.params, target, rtol=0.02, atol=0)
 
 
 pytest.importorskip("mujoco")
@@ -89,21 +121,54 @@ def test_refinement_learns_to_balance_the_pendulum():
             policy = linear_policy(tree, weights, mean, std, amap)
             return envs.rollout(env, policy, 16, 1, seed=100 * iteration).returns[:, 0]
 
-        done = refine(env.obs_dim, env.act_dim, 16, settings, None, 4, play)
+        done = refine(torch.zeros(env.act_dim, env.obs_dim + 1), 16, settings, None, 4, play)
         assert done.iterations == 15 and len(done.history) == 15
         before = evaluate_policies(tree, test, amap, mean, std, 10, seed=123).returns
-        after = evaluate_policies(fold(tree, done.weights), test, amap, mean, std, 10, seed=123).returns
+        after = evaluate_policies(fold(tree, done.params), test, amap, mean, std, 10, seed=123).returns
         assert float(before) < 30 and float(after) > 4 * float(before), (float(before), float(after))
     finally:
         env.close()
         test.close()
 
 
-def test_the_task_validates_the_refined_tree_and_exports_the_best(tmp_path):
+def test_tuning_a_trees_constants_balances_the_pendulum():
+    """A linear tree whose gains are 100 times too small lets the pendulum fall within a few steps; 20
+    iterations over its own constants (2 episodes a perturbation) balance it far longer, in the same
+    formula's shape."""
+    length = 200
+    env = envs.make("inverted_pendulum", backend="mujoco", num_envs=32, seed=0, episode_length=length,
+                    nthread=1)
+    test = envs.make("inverted_pendulum", backend="mujoco", num_envs=10, seed=0, episode_length=length,
+                     nthread=1)
+    try:
+        tree = gprl.Population.from_expressions([["0.01*x0 + 0.01*x1 + 0.01*x2 + 0.01*x3"]], n_in=4)
+        amap = ActionMap.for_env(env)
+        mean, std = torch.zeros(env.obs_dim), torch.ones(env.obs_dim)
+        settings = RefineSettings(iterations=20, pairs=8, top=4, sigma=0.5, step=0.5, target="constants",
+                                  episodes=2)
+        start = constants_of(tree)
+
+        def play(values, iteration):
+            return evaluate_policies(with_constants(tree, values), env, amap, mean, std, 2,
+                                     seed=100 * iteration).returns
+
+        done = refine(start, 16, settings, None, 4, play, scale=start.abs().clamp(min=0.1))
+        tuned = with_constants(tree, done.params[None])
+        before = evaluate_policies(tree, test, amap, mean, std, 10, seed=123).returns
+        after = evaluate_policies(tuned, test, amap, mean, std, 10, seed=123).returns
+        assert float(before) < 30 and float(after) > 4 * float(before), (float(before), float(after))
+        assert tuned.lengths().item() == tree.lengths().item()
+    finally:
+        env.close()
+        test.close()
+
+
+@pytest.mark.parametrize("target", ["feedback", "constants"])
+def test_the_task_validates_the_refined_tree_and_exports_the_best(tmp_path, target):
     length = 40
     cfg = {"name": "hopper", "backend": "mujoco", "episode_length": length, "kwargs": {"nthread": 1}}
     task = PolicyTask(cfg, pop_size=16, seed=3, device="cpu", validation_episodes=3,
-                      refine={"iterations": 3, "pairs": 4})
+                      refine={"iterations": 3, "pairs": 4, "target": target, "episodes": 2})
     try:
         assert task.refine_share == 0.0
         pop = gprl.Population.random(16, task.n_in, task.n_out, max_len=32, seed=5)
@@ -112,6 +177,11 @@ def test_the_task_validates_the_refined_tree_and_exports_the_best(tmp_path):
         assert report["refine_iterations"] == 3
         cands, rows = task.validated
         assert cands[-1]["source"] == rows[-1]["source"] == "refined"
+        best = cands[max(range(len(rows) - 1), key=lambda k: rows[k]["validation_return"])]
+        if target == "constants":  # the same formula, other numbers
+            assert report["refine_constants"] == int((best["tree"]["kind"] == 2).sum())
+            assert all(torch.equal(best["tree"][k], cands[-1]["tree"][k]) for k in ("kind", "code", "size"))
+            assert not torch.equal(best["tree"]["value"], cands[-1]["tree"]["value"])
         assert rows[-1]["validation_return"] == report["refined_validation_return"]
         # the refined candidate's validation is its folded tree's return on the recorded starts
         h = cands[-1]

@@ -14,7 +14,7 @@ from gprl.core.population import Population
 from gprl.core.seeds import mix_seed
 from gprl.rl.export import export_policy
 from gprl.rl.policy import ActionMap, ObsNormalizer, PolicyEvaluation, evaluate_policies
-from gprl.rl.refine import RefineSettings, fold, linear_policy, refine
+from gprl.rl.refine import RefineSettings, constants_of, fold, linear_policy, refine, with_constants
 from gprl.train.checkpoint import population_from_state, population_state
 from gprl.train.distributed import Dist
 from gprl.train.tasks.base import Task
@@ -359,8 +359,9 @@ class PolicyTask(Task):
         return int(np.nanargmax([-np.inf if r.get("eliminated") else r["validation_return"] for r in rows]))
 
     def refine(self, seconds: float | None) -> dict[str, Any]:
-        """Validates the candidates, then tunes a linear term on the best (:mod:`gprl.rl.refine`, on training
-        episodes) and validates the folded tree as one more candidate, kept for ``finish``.
+        """Validates the candidates, then tunes a linear term on the best, or its constants
+        (:mod:`gprl.rl.refine`, on training episodes), and validates the result as one more candidate, kept
+        for ``finish``.
 
         Distributed, each rank plays its contiguous share of the perturbations and the returns are gathered,
         so every rank takes the same steps (rank 0's clock decides when to stop)."""
@@ -370,40 +371,59 @@ class PolicyTask(Task):
         cands = self.candidates()
         best, rows = self.validate(cands)
         h = cands[best]
-        reuse = settings.pairs is None  # half the training batch: its environments play the pairs
-        n, per = (self.pop_size, self.episodes) if reuse else (2 * settings.pairs, 1)
-        dist.check_shardable(n, "2 * task.refine.pairs", "perturbation")
-        a, b = (x * per for x in dist.bounds(n))  # this rank's rows
         tree = population_from_state(h["tree"], self.device)
+        constants = settings.target == "constants"
+        start = constants_of(tree).cpu() if constants else torch.zeros(self.n_out, self.n_in + 1)
+        if not start.numel():
+            self.validated = (cands, rows)
+            print("gprl: refine: the best tree holds no constants to tune", flush=True)
+            return {"refine_iterations": 0}
+        E = settings.episodes
+        # n items of `per` environments: the training batch's (pairs null), or 2·pairs samples of E episodes
+        n, per = (self.pop_size, self.episodes) if settings.pairs is None else (2 * settings.pairs, E)
+        dist.check_shardable(n, "2 * task.refine.pairs", "perturbation")
+        a, b = (x * per for x in dist.bounds(n))  # this rank's environments
+        reuse = n * per == self.total_envs and (a, b) == tuple(x * self.episodes for x in self.shard)
         mean, std, shift = h["mean"].to(self.device), h["std"].to(self.device), self.reward_shift
         env = self.env if reuse else envs.make(self.name, backend=self.backend, num_envs=b - a,
                                                device=self.device, seed=self.seed,
                                                episode_length=self.final_length, **self.train_kwargs)
         first = self._seed(0x5EED, 2)
 
-        def play(weights: torch.Tensor, iteration: int) -> torch.Tensor:
-            seed = (first + 7919 * iteration) % (2**31 - 1 - n * per) + a  # row k resets from seed + k
+        def play(params: torch.Tensor, iteration: int) -> torch.Tensor:
+            seed = (first + 7919 * iteration) % (2**31 - 1 - n * per) + a  # environment k: seed + k
+            mine = params[a // E:b // E].to(self.device)  # this rank's samples, E environments each
             with dist.agree("refining the best tree"):
-                policy = linear_policy(tree, weights[a:b].to(self.device), mean, std, self.action_map)
-                res = envs.rollout(env, policy, b - a, 1, seed=seed)
-            score = res.returns[:, 0] - shift * res.lengths[:, 0].double() if shift else res.returns[:, 0]
-            return dist.gather(score, n, "gathering the refinement's returns", per=per)
+                if constants:
+                    ev = evaluate_policies(with_constants(tree, mine), env, self.action_map, mean, std, E,
+                                           self.final_length, seed=seed)
+                    ret, lengths = ev.returns, ev.lengths  # means over the E episodes, [samples]
+                else:
+                    policy = linear_policy(tree, mine, mean, std, self.action_map)
+                    res = envs.rollout(env, policy, len(mine), E, seed=seed)
+                    ret, lengths = res.mean_return, res.mean_length
+            score = ret - shift * lengths if shift else ret
+            return dist.gather(score, n, "gathering the refinement's returns", per=per // E)
 
         try:
-            done = refine(self.n_in, self.n_out, n * per, settings, seconds, first, play,
+            done = refine(start, n * per // E, settings, seconds, first, play,
                           agree=lambda go: dist.broadcast_object(go, "agreeing to go on refining"),
-                          log=(lambda line: print(f"gprl: {line}", flush=True)) if dist.is_main else None)
+                          log=(lambda line: print(f"gprl: {line}", flush=True)) if dist.is_main else None,
+                          scale=start.abs().clamp(min=0.1) if constants else None)
         finally:
             if not reuse:
                 env.close()
+        cpu = tree.to("cpu")
+        refined = with_constants(cpu, done.params[None]) if constants else fold(cpu, done.params)
         last = [row["mean_score"] for row in done.history[-5:]]
-        found = {"tree": population_state(fold(tree.to("cpu"), done.weights)), "mean": h["mean"],
-                 "std": h["std"], "fitness": float(np.mean(last)) if last else math.nan,
+        found = {"tree": population_state(refined), "mean": h["mean"], "std": h["std"],
+                 "fitness": float(np.mean(last)) if last else math.nan,
                  "generation": h["generation"], "source": "refined"}
         _, new = self.validate([found])
         self.validated = (cands + [found], rows + new)
-        return {"refine_iterations": done.iterations, "refine_s": round(done.seconds, 1),
-                "refine_weights": int(done.weights[:, :self.n_in].count_nonzero()),
+        tuned = {"refine_constants": int(start.numel())} if constants else \
+            {"refine_weights": int(done.params[:, :self.n_in].count_nonzero())}
+        return {"refine_iterations": done.iterations, "refine_s": round(done.seconds, 1), **tuned,
                 "refined_validation_return": new[0]["validation_return"],
                 "unrefined_validation_return": rows[best]["validation_return"]}
 
