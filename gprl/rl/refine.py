@@ -5,8 +5,10 @@ linear feedback term,
 
     y'(x) = y(x) + W x + b          (W, b: [n_out, n_in + 1], starting at 0);
 
-``target: constants`` tunes the numbers the tree already holds, each perturbed in proportion to its size
-(``s = max(|c|, 0.1)``), so the formula keeps its shape and length.
+``target: constants`` tunes the numbers the policy already holds: the tree's constants, each perturbed in
+proportion to its size (``s = max(|c|, 0.1)``), and its observations' frozen normalisation ``(obs - m) / sd``
+(a gain and an offset per observation, perturbed in units of ``sd``), so the formulas keep their shape and
+length (the export folds the normalisation into them).
 
 Both are tuned by Augmented Random Search (Mania et al. 2018, with its top-directions rule, on the tree's
 frozen observation normalisation): each iteration plays ``pairs`` antithetic perturbations
@@ -138,6 +140,23 @@ def with_constants(tree: Population, values: torch.Tensor) -> Population:
     value = copies.value.scatter(1, pos.expand(len(values), -1), values.to(copies.value))
     return Population(copies.kind, copies.code, copies.out, value, copies.size, n_in=tree.n_in,
                       n_out=tree.n_out)
+
+
+def tree_numbers(tree: Population, mean: torch.Tensor, std: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """What ``target: constants`` tunes, ``[C + 2·n_in]`` float64 on the CPU: one tree's constants (prefix
+    order), then its normalisation's mean and std; and each number's perturbation scale."""
+    c, mean, std = constants_of(tree).cpu(), mean.double().cpu(), std.double().cpu()
+    return torch.cat([c, mean, std]), torch.cat([c.abs().clamp(min=0.1), std, std])
+
+
+def with_numbers(tree: Population, numbers: torch.Tensor) -> tuple[Population, torch.Tensor, torch.Tensor]:
+    """``K`` copies of one tree holding ``numbers[k]`` (``[K, C + 2·n_in]``, as :func:`tree_numbers`
+    lays them out): the copies, and their normalisations' means and stds (``[K, n_in]``, stds above 0)."""
+    n = tree.n_in
+    C = numbers.shape[1] - 2 * n
+    std = numbers[:, C + n:].abs().clamp(min=1e-6)
+    return with_constants(tree, numbers[:, :C]), numbers[:, C:C + n], std
 
 
 @torch.no_grad()

@@ -9,7 +9,16 @@ import torch
 import gprl
 from gprl import envs
 from gprl.rl.policy import ActionMap, evaluate_policies
-from gprl.rl.refine import RefineSettings, constants_of, fold, linear_policy, refine, with_constants
+from gprl.rl.refine import (
+    RefineSettings,
+    constants_of,
+    fold,
+    linear_policy,
+    refine,
+    tree_numbers,
+    with_constants,
+    with_numbers,
+)
 from gprl.train.checkpoint import population_from_state
 from gprl.train.tasks.policy import PolicyTask
 
@@ -85,6 +94,21 @@ def test_with_constants_writes_each_copy_its_own_constants():
     torch.testing.assert_close(copies.forward(x)[0], doubled)
     torch.testing.assert_close(copies.forward(x)[1], tree.forward(x)[0])
     assert (copies.kind == tree.kind).all() and (copies.size == tree.size).all()
+
+
+def test_tree_numbers_lay_out_the_constants_then_the_normalisation():
+    tree = gprl.Population.from_expressions([["1.5*x0 - 0.25*x1"]], n_in=2)
+    mean, std = torch.tensor([0.5, -1.0]), torch.tensor([2.0, 0.01])
+    numbers, scale = tree_numbers(tree, mean, std)
+    c = constants_of(tree)
+    torch.testing.assert_close(numbers, torch.cat([c, mean.double(), std.double()]))
+    torch.testing.assert_close(scale, torch.cat([c.abs().clamp(min=0.1), std.double(), std.double()]))
+    moved = numbers.clone()
+    moved[-1] = -0.02  # a std pushed below 0 reads as its size
+    trees, means, stds = with_numbers(tree, torch.stack([numbers, moved]))
+    assert trees.equal(gprl.Population.cat([tree, tree]))
+    torch.testing.assert_close(means, torch.stack([mean, mean]).double())
+    torch.testing.assert_close(stds, torch.tensor([[2.0, 0.01], [2.0, 0.02]], dtype=torch.float64))
 
 
 def test_constants_move_in_proportion_to_their_size():
@@ -181,7 +205,8 @@ def test_the_task_validates_the_refined_tree_and_exports_the_best(tmp_path, targ
         if target == "constants":  # the same formula, other numbers
             assert report["refine_constants"] == int((best["tree"]["kind"] == 2).sum())
             assert all(torch.equal(best["tree"][k], cands[-1]["tree"][k]) for k in ("kind", "code", "size"))
-            assert not torch.equal(best["tree"]["value"], cands[-1]["tree"]["value"])
+            assert not torch.equal(best["std"], cands[-1]["std"])  # the normalisation is tuned too
+            assert (cands[-1]["std"] > 0).all()
         assert rows[-1]["validation_return"] == report["refined_validation_return"]
         # the refined candidate's validation is its folded tree's return on the recorded starts
         h = cands[-1]

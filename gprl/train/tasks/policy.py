@@ -14,7 +14,7 @@ from gprl.core.population import Population
 from gprl.core.seeds import mix_seed
 from gprl.rl.export import export_policy
 from gprl.rl.policy import ActionMap, ObsNormalizer, PolicyEvaluation, evaluate_policies
-from gprl.rl.refine import RefineSettings, constants_of, fold, linear_policy, refine, with_constants
+from gprl.rl.refine import RefineSettings, fold, linear_policy, refine, tree_numbers, with_numbers
 from gprl.train.checkpoint import population_from_state, population_state
 from gprl.train.distributed import Dist
 from gprl.train.tasks.base import Task
@@ -373,11 +373,8 @@ class PolicyTask(Task):
         h = cands[best]
         tree = population_from_state(h["tree"], self.device)
         constants = settings.target == "constants"
-        start = constants_of(tree).cpu() if constants else torch.zeros(self.n_out, self.n_in + 1)
-        if not start.numel():
-            self.validated = (cands, rows)
-            print("gprl: refine: the best tree holds no constants to tune", flush=True)
-            return {"refine_iterations": 0}
+        start, scale = tree_numbers(tree, h["mean"], h["std"]) if constants else \
+            (torch.zeros(self.n_out, self.n_in + 1), None)
         E = settings.episodes
         # n items of `per` environments: the training batch's (pairs null), or 2·pairs samples of E episodes
         n, per = (self.pop_size, self.episodes) if settings.pairs is None else (2 * settings.pairs, E)
@@ -395,8 +392,9 @@ class PolicyTask(Task):
             mine = params[a // E:b // E].to(self.device)  # this rank's samples, E environments each
             with dist.agree("refining the best tree"):
                 if constants:
-                    ev = evaluate_policies(with_constants(tree, mine), env, self.action_map, mean, std, E,
-                                           self.final_length, seed=seed)
+                    trees, means, stds = with_numbers(tree, mine)
+                    ev = evaluate_policies(trees, env, self.action_map, means, stds, E, self.final_length,
+                                           seed=seed)
                     ret, lengths = ev.returns, ev.lengths  # means over the E episodes, [samples]
                 else:
                     policy = linear_policy(tree, mine, mean, std, self.action_map)
@@ -409,19 +407,23 @@ class PolicyTask(Task):
             done = refine(start, n * per // E, settings, seconds, first, play,
                           agree=lambda go: dist.broadcast_object(go, "agreeing to go on refining"),
                           log=(lambda line: print(f"gprl: {line}", flush=True)) if dist.is_main else None,
-                          scale=start.abs().clamp(min=0.1) if constants else None)
+                          scale=scale)
         finally:
             if not reuse:
                 env.close()
-        cpu = tree.to("cpu")
-        refined = with_constants(cpu, done.params[None]) if constants else fold(cpu, done.params)
+        cpu, (mean, std) = tree.to("cpu"), (h["mean"], h["std"])
+        if constants:
+            refined, m, sd = with_numbers(cpu, done.params[None])
+            mean, std = m[0].to(mean), sd[0].to(std)
+        else:
+            refined = fold(cpu, done.params)
         last = [row["mean_score"] for row in done.history[-5:]]
-        found = {"tree": population_state(refined), "mean": h["mean"], "std": h["std"],
+        found = {"tree": population_state(refined), "mean": mean, "std": std,
                  "fitness": float(np.mean(last)) if last else math.nan,
                  "generation": h["generation"], "source": "refined"}
         _, new = self.validate([found])
         self.validated = (cands + [found], rows + new)
-        tuned = {"refine_constants": int(start.numel())} if constants else \
+        tuned = {"refine_constants": int(start.numel()) - 2 * self.n_in} if constants else \
             {"refine_weights": int(done.params[:, :self.n_in].count_nonzero())}
         return {"refine_iterations": done.iterations, "refine_s": round(done.seconds, 1), **tuned,
                 "refined_validation_return": new[0]["validation_return"],
