@@ -1,0 +1,49 @@
+"""Plays the readable formulas of Brax Swimmer runs (policy.txt: 4 significant digits, raw observation units)
+on fresh JAX-CPU Brax episodes of the generalized pipeline, without gprl's evaluator:
+``python replay_policy_txt.py EPISODES policy.txt...`` prints a JSON line per file."""
+
+import json
+import sys
+
+import numpy as np
+import sympy as sp
+from gprl.envs.brax_env import patch_brax_for_jax
+
+from gprl.core import functions as F
+
+patch_brax_for_jax()
+import jax  # after the patch
+import jax.numpy as jnp
+from brax import envs
+
+NAMES = ["rot", "rot2", "rot3", "slider1_vel", "slider2_vel", "rot_vel", "rot2_vel", "rot3_vel"]
+SYMS = sp.symbols(NAMES)
+LOCALS = {**dict(zip(NAMES, SYMS)), "gt": F.gt, "Min": sp.Min, "Max": sp.Max, "tanh": sp.tanh}
+MODULES = [{"gt": lambda a, b: jnp.where(a > b, 1.0, -1.0), "Min": jnp.minimum, "Max": jnp.maximum}, "jax"]
+
+
+def returns(path: str, episodes: int, env) -> np.ndarray:
+    with open(path) as f:
+        lines = [line.split(" = ", 1) for line in f.read().splitlines() if line.startswith("a")]
+    fs = [sp.lambdify([SYMS], sp.sympify(text, locals=LOCALS), modules=MODULES) for _, text in sorted(lines)]
+
+    def rollout(key):
+        def body(carry, _):
+            s, r = carry
+            a = jnp.stack([jnp.asarray(f(list(s.obs)), jnp.float32) * jnp.ones(()) for f in fs])
+            s = env.step(s, jnp.clip(a, -1, 1))
+            return (s, r + s.reward), None
+
+        (_, r), _ = jax.lax.scan(body, (env.reset(key), 0.0), None, length=1000)
+        return r
+
+    keys = jax.random.split(jax.random.PRNGKey(20261128), episodes)
+    return np.asarray(jax.jit(jax.vmap(rollout))(keys))
+
+
+if __name__ == "__main__":
+    swimmer = envs.get_environment("swimmer", backend="generalized")
+    for p in sys.argv[2:]:
+        r = returns(p, int(sys.argv[1]), swimmer)
+        print(json.dumps({"policy": p, "episodes": len(r), "mean": round(float(r.mean()), 2),
+                          "std": round(float(r.std()), 2)}), flush=True)
