@@ -10,8 +10,8 @@ proportion to its size (``s = max(|c|, 0.1)``), and its observations' frozen nor
 (a gain and an offset per observation, perturbed in units of ``sd``), so the formulas keep their shape and
 length (the export folds the normalisation into them).
 
-Both are tuned by Augmented Random Search (Mania et al. 2018, with its top-directions rule, on the tree's
-frozen observation normalisation): each iteration plays ``pairs`` antithetic perturbations
+Both are tuned by Augmented Random Search (Mania et al. 2018, with its top-directions rule; the feedback
+on the tree's frozen normalisation, ``s = 1``): each iteration plays ``pairs`` antithetic perturbations
 ``θ ± sigma·s·δ``, ``episodes`` episodes each from fresh initial states, and steps along the ``top``
 directions whose better member scored highest,
 
@@ -22,8 +22,8 @@ observations, so comparable) go on being tuned, the others are zeroed, and the f
 
 Evolution finds a gait's structure in few nodes; tuning its numbers on many initial states at once is what
 makes it hold from all of them, which single-episode selection of trees rarely finds. :func:`fold` writes
-the feedback as one tree (the tree's formulas plus the linear terms) and :func:`with_constants` the tuned
-constants, so validation, export and replay treat the result like any other tree.
+the feedback as one tree (the tree's formulas plus the linear terms) and :func:`with_numbers` the tuned
+numbers, so validation, export and replay treat the result like any other tree and its normalisation.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class RefineSettings:
 
 @dataclass
 class Refinement:
-    params: torch.Tensor  # float64: the feedback's [n_out, n_in + 1] (W, then b), or the tree's constants [C]
+    params: torch.Tensor  # float64: the feedback's [n_out, n_in + 1] (W, then b), or tree_numbers' layout
     iterations: int
     seconds: float
     history: list[dict[str, float]]  # per iteration: mean score of the perturbations
@@ -164,7 +164,7 @@ def refine(start: torch.Tensor, rows: int, settings: RefineSettings, seconds: fl
            play: Callable[[torch.Tensor, int], torch.Tensor],
            agree: Callable[[bool], bool] = lambda go: go,
            log: Callable[[str], None] | None = None, scale: torch.Tensor | None = None) -> Refinement:
-    """Tunes the parameters ``start`` (the feedback's ``[n_out, n_in + 1]`` zeros, or a tree's constants)
+    """Tunes the parameters ``start`` (the feedback's ``[n_out, n_in + 1]`` zeros, or :func:`tree_numbers`)
     for ``seconds`` or ``settings.iterations``, whichever ends first, perturbing each by ``sigma·scale``
     (default 1). ``play(params, iteration)`` scores ``rows`` parameter sets (``[rows, *start.shape]`` float32
     on the CPU; ``2·pairs`` perturbations, then copies of the current set) and returns their fitness

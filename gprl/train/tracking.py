@@ -49,7 +49,8 @@ def banner(cfg: dict[str, Any], device: str, run_dir: str, resumed_at: int | Non
     refine = (cfg["task"].get("refine") or {}) if task == "policy" else {}
     if refine:
         share = refine.get("share") or 0
-        tuned = "constants" if refine.get("target") == "constants" else "linear feedback"
+        constants = refine.get("target") == "constants"
+        tuned = "constants and observation scaling" if constants else "linear feedback"
         budget += f", then a refinement of the best tree's {tuned}" + (
             f" in the last {share:.0%} of the time" if share and gp.get("time_limit") else
             f" for {share / (1 - share):.2g}x the evolution's time" if share else

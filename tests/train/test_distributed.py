@@ -129,9 +129,12 @@ def test_racing_over_two_processes_gives_the_one_process_result(tmp_path):
     assert (one / "policy.json").read_text() == (two / "policy.json").read_text()
 
 
-def test_refinement_over_two_processes_gives_the_one_process_result(tmp_path):
-    """task.refine's 7 pairs (14 rows: 7 a rank) play on both ranks; the refined tree is the one process's."""
-    refine = [*POLICY, "gp.generations=2", "task.refine={iterations: 3, pairs: 7}"]
+@pytest.mark.parametrize("refine_cfg", ["{iterations: 3, pairs: 7}",
+                                        "{iterations: 3, pairs: 7, target: constants, episodes: 2}"])
+def test_refinement_over_two_processes_gives_the_one_process_result(tmp_path, refine_cfg):
+    """task.refine's 7 pairs (14 rows: 7 a rank, each of 1 or 2 episodes) play on both ranks; the refined tree
+    is the one process's."""
+    refine = [*POLICY, "gp.generations=2", f"task.refine={refine_cfg}"]
     run_train(tmp_path, "one", *refine)
     torchrun(tmp_path, "two", 2, *refine)
     one, two = (json.loads((tmp_path / d / "policy.json").read_text()) for d in ("one", "two"))

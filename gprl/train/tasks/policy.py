@@ -85,7 +85,8 @@ class PolicyTask(Task):
     starts: the most robust of a good generation is often not its best) are validated on fresh episodes of
     full length (with ``validation_keep``, the best share again on other fresh starts), and the best mean
     return is exported. With ``task.refine`` (:mod:`gprl.rl.refine`) the validated best also gets a linear
-    feedback term tuned by random search in the last ``share`` of the time limit, and joins the candidates.
+    feedback term, or its numbers, tuned by random search in the last ``share`` of the time limit, and joins
+    the candidates.
 
     Distributed (``dist``): a rank steps only the environments of its shard of individuals (environment
     ``p * E + e`` of the whole batch resets from ``seed + p * E + e`` wherever it runs); returns and the
@@ -359,9 +360,9 @@ class PolicyTask(Task):
         return int(np.nanargmax([-np.inf if r.get("eliminated") else r["validation_return"] for r in rows]))
 
     def refine(self, seconds: float | None) -> dict[str, Any]:
-        """Validates the candidates, then tunes a linear term on the best, or its constants
-        (:mod:`gprl.rl.refine`, on training episodes), and validates the result as one more candidate, kept
-        for ``finish``.
+        """Validates the candidates, then tunes a linear term on the best, or its constants and observation
+        scaling (:mod:`gprl.rl.refine`, on training episodes), and validates the result as one more candidate,
+        kept for ``finish``.
 
         Distributed, each rank plays its contiguous share of the perturbations and the returns are gathered,
         so every rank takes the same steps (rank 0's clock decides when to stop)."""
