@@ -127,64 +127,56 @@ def test_constants_move_in_proportion_to_their_size():
 pytest.importorskip("mujoco")
 
 
-def test_refinement_learns_to_balance_the_pendulum():
-    """A tree that pushes nowhere lets the pendulum fall within a few steps; the linear feedback found
-    in 15 iterations of 8 pairs balances it far longer on fresh starts."""
-    length = 200
-    env = envs.make("inverted_pendulum", backend="mujoco", num_envs=16, seed=0, episode_length=length,
-                    nthread=1)
-    test = envs.make("inverted_pendulum", backend="mujoco", num_envs=10, seed=0, episode_length=length,
-                     nthread=1)
-    try:
+@pytest.fixture
+def pendulum():
+    """32 training environments (16 perturbations of 2 episodes) and 10 test ones, 200 steps."""
+    made = [envs.make("inverted_pendulum", backend="mujoco", num_envs=n, seed=0, episode_length=200,
+                      nthread=1) for n in (32, 10)]
+    yield made
+    for env in made:
+        env.close()
+
+
+@pytest.mark.parametrize("target", ["feedback", "constants"])
+def test_refinement_learns_to_balance_the_pendulum(pendulum, target):
+    """A tree that pushes nowhere (or a linear tree whose gains are 100 times too small) lets the pendulum
+    fall within a few steps; 8 pairs of 2 episodes tuning a linear feedback term for 15 iterations (or the
+    tree's own numbers for 20) balance it far longer on fresh starts."""
+    env, test = pendulum
+    amap = ActionMap.for_env(env)
+    mean, std = torch.zeros(env.obs_dim), torch.ones(env.obs_dim)
+    if target == "feedback":
         tree = gprl.Population.from_expressions([["0"]], n_in=env.obs_dim)
-        amap = ActionMap.for_env(env)
-        mean, std = torch.zeros(env.obs_dim), torch.ones(env.obs_dim)
-        settings = RefineSettings(iterations=15, pairs=8, top=4, sigma=0.1, step=0.1)
+        start, scale = torch.zeros(env.act_dim, env.obs_dim + 1), None
+        settings = RefineSettings(iterations=15, pairs=8, top=4, sigma=0.1, step=0.1, episodes=2)
 
         def play(weights, iteration):
             policy = linear_policy(tree, weights, mean, std, amap)
-            return envs.rollout(env, policy, 16, 1, seed=100 * iteration).returns[:, 0]
+            return envs.rollout(env, policy, 16, 2, seed=100 * iteration).mean_return
 
-        done = refine(torch.zeros(env.act_dim, env.obs_dim + 1), 16, settings, None, 4, play)
-        assert done.iterations == 15 and len(done.history) == 15
-        before = evaluate_policies(tree, test, amap, mean, std, 10, seed=123).returns
-        after = evaluate_policies(fold(tree, done.params), test, amap, mean, std, 10, seed=123).returns
-        assert float(before) < 30 and float(after) > 4 * float(before), (float(before), float(after))
-    finally:
-        env.close()
-        test.close()
-
-
-def test_tuning_a_trees_constants_balances_the_pendulum():
-    """A linear tree whose gains are 100 times too small lets the pendulum fall within a few steps; 20
-    iterations over its own constants (2 episodes a perturbation) balance it far longer, in the same
-    formula's shape."""
-    length = 200
-    env = envs.make("inverted_pendulum", backend="mujoco", num_envs=32, seed=0, episode_length=length,
-                    nthread=1)
-    test = envs.make("inverted_pendulum", backend="mujoco", num_envs=10, seed=0, episode_length=length,
-                     nthread=1)
-    try:
+        def tuned(params):
+            return fold(tree, params)
+    else:
         tree = gprl.Population.from_expressions([["0.01*x0 + 0.01*x1 + 0.01*x2 + 0.01*x3"]], n_in=4)
-        amap = ActionMap.for_env(env)
-        mean, std = torch.zeros(env.obs_dim), torch.ones(env.obs_dim)
+        start = constants_of(tree)
+        scale = start.abs().clamp(min=0.1)
         settings = RefineSettings(iterations=20, pairs=8, top=4, sigma=0.5, step=0.5, target="constants",
                                   episodes=2)
-        start = constants_of(tree)
 
         def play(values, iteration):
             return evaluate_policies(with_constants(tree, values), env, amap, mean, std, 2,
                                      seed=100 * iteration).returns
 
-        done = refine(start, 16, settings, None, 4, play, scale=start.abs().clamp(min=0.1))
-        tuned = with_constants(tree, done.params[None])
-        before = evaluate_policies(tree, test, amap, mean, std, 10, seed=123).returns
-        after = evaluate_policies(tuned, test, amap, mean, std, 10, seed=123).returns
-        assert float(before) < 30 and float(after) > 4 * float(before), (float(before), float(after))
-        assert tuned.lengths().item() == tree.lengths().item()
-    finally:
-        env.close()
-        test.close()
+        def tuned(params):
+            return with_constants(tree, params[None])
+
+    done = refine(start, 16, settings, None, 4, play, scale=scale)
+    assert done.iterations == settings.iterations == len(done.history)
+    before = evaluate_policies(tree, test, amap, mean, std, 10, seed=123).returns
+    after = evaluate_policies(tuned(done.params), test, amap, mean, std, 10, seed=123).returns
+    assert float(before) < 30 and float(after) > 4 * float(before), (float(before), float(after))
+    if target == "constants":
+        assert tuned(done.params).lengths().item() == tree.lengths().item()  # the same formula
 
 
 @pytest.mark.parametrize("target", ["feedback", "constants"])
