@@ -85,7 +85,7 @@ def optimize_constants(trees: Population, objective, iterations: int = 8,
         values = torch.cat([trees.value[:, None], trees.value[:, None] + bump, trees.value[:, None] - bump],
                            1)
         # X is the objective's Dataset, checked once: no finiteness scan (a GPU sync) per step
-        out = _with_values(copies, values.reshape(k * n_copies, -1)).forward(X, check_finite=False)
+        out = with_values(copies, values.reshape(k * n_copies, -1)).forward(X, check_finite=False)
         out = out.view(k, n_copies, X.shape[0], -1).double()  # [k, 2C + 1, D, M]
         h = torch.where(real, 2.0 * h32.double(), 1.0)
         J = torch.nan_to_num((out[:, 1:C + 1] - out[:, C + 1:]) / h[:, :, None, None], nan=0.0, posinf=0.0,
@@ -107,19 +107,20 @@ def optimize_constants(trees: Population, objective, iterations: int = 8,
         ok = (cand.abs() < _MAX_CONST).all(-1)  # [k, T]
         cand = torch.where(ok[..., None] & real[:, None], cand, base.double()[:, None]).float()
         trial_values = trees.value[:, None].expand(-1, T, -1).scatter(2, pos[:, None].expand(-1, T, -1), cand)
-        trial_loss = objective(_with_values(trials, trial_values.reshape(k * T, -1))).view(k, T)
+        trial_loss = objective(with_values(trials, trial_values.reshape(k * T, -1))).view(k, T)
         trial_loss = torch.where(ok & torch.isfinite(trial_loss), trial_loss, float("inf"))
         best_loss, j = trial_loss.min(1)
         better = best_loss < current
         current = torch.where(better, best_loss, current)
         chosen = trial_values[rows, j]
-        trees = _with_values(trees, torch.where(better[:, None], chosen, trees.value))
+        trees = with_values(trees, torch.where(better[:, None], chosen, trees.value))
         # next time centre the tries on the damping that won; after a miss, try far stronger ones
         lam = torch.where(better, lams[rows, j], lam * tries[-1] * 10.0).clamp(_LAMBDA_MIN, _LAMBDA_MAX)
     return trees, current
 
 
-def _with_values(trees: Population, values: torch.Tensor) -> Population:
+def with_values(trees: Population, values: torch.Tensor) -> Population:
+    """``trees`` with every node value replaced by ``values`` ``[P, max_len]`` (the structure shared)."""
     return Population(trees.kind, trees.code, trees.out, values.contiguous(), trees.size, n_in=trees.n_in,
                       n_out=trees.n_out)
 
@@ -143,7 +144,7 @@ def tune_best(population: Population, loss: torch.Tensor, objective, k: int,
         return population, loss
     tuned, tuned_loss = optimize_constants(population[idx], objective, iterations, loss=loss[idx])
     values = population.value.index_copy(0, idx, tuned.value)
-    return _with_values(population, values), loss.index_copy(0, idx, tuned_loss.to(loss.dtype))
+    return with_values(population, values), loss.index_copy(0, idx, tuned_loss.to(loss.dtype))
 
 
 @dataclass(frozen=True)

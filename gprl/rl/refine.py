@@ -38,7 +38,7 @@ import sympy
 import torch
 
 from gprl.core.population import Population
-from gprl.evolve.constants import constant_slots
+from gprl.evolve.constants import constant_slots, with_values
 from gprl.rl.policy import ActionMap
 
 REFINE_KEYS = ("share", "iterations", "pairs", "top", "sigma", "step", "keep", "target", "episodes")
@@ -137,9 +137,7 @@ def with_constants(tree: Population, values: torch.Tensor) -> Population:
     constants."""
     pos, _ = constant_slots(tree)
     copies = tree[torch.zeros(len(values), dtype=torch.long, device=tree.device)]
-    value = copies.value.scatter(1, pos.expand(len(values), -1), values.to(copies.value))
-    return Population(copies.kind, copies.code, copies.out, value, copies.size, n_in=tree.n_in,
-                      n_out=tree.n_out)
+    return with_values(copies, copies.value.scatter(1, pos.expand(len(values), -1), values.to(copies.value)))
 
 
 def tree_numbers(tree: Population, mean: torch.Tensor, std: torch.Tensor

@@ -8,6 +8,7 @@ import torch
 
 import gprl
 from gprl import envs
+from gprl.core.encoding import CONST, KIND_MASK
 from gprl.rl.policy import ActionMap, evaluate_policies
 from gprl.rl.refine import (
     RefineSettings,
@@ -85,7 +86,7 @@ def test_keep_tunes_the_largest_weights_per_action_after_half_the_iterations():
 def test_with_constants_writes_each_copy_its_own_constants():
     tree = gprl.Population.from_expressions([["1.5*x0 - 0.25", "sin(x1)*3.0 + x2"]], n_in=3)
     c = constants_of(tree)
-    stored = tree.value[0][(tree.kind[0] & 3) == 2].double()  # CONST nodes, prefix order
+    stored = tree.value[0][(tree.kind[0] & KIND_MASK) == CONST].double()  # prefix order
     torch.testing.assert_close(c, stored)
     assert sorted(c.abs().tolist())[-3:] == [0.25, 1.5, 3.0]
     copies = with_constants(tree, torch.stack([2 * c, c]))

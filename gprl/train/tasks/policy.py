@@ -412,12 +412,11 @@ class PolicyTask(Task):
         finally:
             if not reuse:
                 env.close()
-        cpu, (mean, std) = tree.to("cpu"), (h["mean"], h["std"])
         if constants:
-            refined, m, sd = with_numbers(cpu, done.params[None])
-            mean, std = m[0].to(mean), sd[0].to(std)
+            refined, m, sd = with_numbers(tree.to("cpu"), done.params[None])
+            mean, std = m[0].to(h["mean"]), sd[0].to(h["std"])
         else:
-            refined = fold(cpu, done.params)
+            refined, mean, std = fold(tree.to("cpu"), done.params), h["mean"], h["std"]
         last = [row["mean_score"] for row in done.history[-5:]]
         found = {"tree": population_state(refined), "mean": mean, "std": std,
                  "fitness": float(np.mean(last)) if last else math.nan,
