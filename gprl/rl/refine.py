@@ -17,11 +17,6 @@ directions whose better member scored highest,
 
     θ ← θ + step / (top · σ_R) · Σ (r⁺ − r⁻) · s·δ          (σ_R: the std of those 2·top mean returns).
 
-With ``common_starts`` a pair's two members play the same initial states (the plus members one batch, the
-minus members the same starts in a second), so ``r⁺ − r⁻`` holds the perturbation's effect without the spread
-of returns between starts; the pairs are then ranked by their better member less their pair's mean
-(``|r⁺ − r⁻| / 2``), so the easiest starts do not pick the directions.
-
 With ``keep = k`` the feedback search prunes halfway: each action's ``k`` largest weights (normalised
 observations, so comparable) go on being tuned, the others are zeroed, and the folded formulas stay short.
 
@@ -46,8 +41,7 @@ from gprl.core.population import Population
 from gprl.evolve.constants import constant_slots, with_values
 from gprl.rl.policy import ActionMap
 
-REFINE_KEYS = ("share", "iterations", "pairs", "top", "sigma", "step", "keep", "target", "episodes",
-               "common_starts")
+REFINE_KEYS = ("share", "iterations", "pairs", "top", "sigma", "step", "keep", "target", "episodes")
 TARGETS = ("feedback", "constants")
 
 
@@ -58,8 +52,7 @@ class RefineSettings:
     (a cap, or the budget without a share), ``pairs`` of perturbations per iteration (null: half the training
     batch, whose environments are then reused), the ``top`` pairs that step, ``sigma``, ``step``, ``keep``
     (weights per action tuned after half the refinement; null: every observation's), the ``target`` tuned
-    (``feedback`` or ``constants``), the ``episodes`` each perturbation plays (their mean scores it) and
-    ``common_starts`` (a pair's two members play the same initial states, in two batches an iteration)."""
+    (``feedback`` or ``constants``) and the ``episodes`` each perturbation plays (their mean scores it)."""
 
     share: float = 0.0
     iterations: int | None = None
@@ -70,7 +63,6 @@ class RefineSettings:
     keep: int | None = None  # null: every observation's weight
     target: str = "feedback"
     episodes: int = 1
-    common_starts: bool = False
 
     @classmethod
     def from_config(cls, refine: dict[str, Any] | bool | None) -> RefineSettings | None:
@@ -98,8 +90,6 @@ class RefineSettings:
             v = getattr(s, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
                 raise ValueError(f"task.refine.{name} must be a positive number, got {v!r}")
-        if not isinstance(s.common_starts, bool):
-            raise TypeError(f"task.refine.common_starts must be true or false, got {s.common_starts!r}")
         if s.pairs is not None and s.top is not None and s.top > s.pairs:
             raise ValueError(f"task.refine.top ({s.top}) must be at most task.refine.pairs ({s.pairs})")
         if s.keep is not None and s.target != "feedback":
@@ -176,23 +166,12 @@ def refine(start: torch.Tensor, rows: int, settings: RefineSettings, seconds: fl
     for ``seconds`` or ``settings.iterations``, whichever ends first, perturbing each by ``sigma·scale``
     (default 1). ``play(params, iteration)`` scores ``rows`` parameter sets (``[rows, *start.shape]`` float32
     on the CPU; ``2·pairs`` perturbations, then copies of the current set) and returns their fitness
-    ``[rows]``; with ``common_starts`` it is called twice an iteration, the plus members then the minus
-    members (``pairs`` each), and must play row ``k`` of both calls from the same initial states;
-    ``agree(go)`` makes every process take the same decision to go on (distributed runs: rank 0's clock).
-    The perturbations come from a generator seeded by ``seed``."""
-    common = settings.common_starts
-    pairs = settings.pairs or (rows if common else rows // 2)
-    need = pairs if common else 2 * pairs  # the parameter sets one call of `play` scores
-    if not 1 <= need <= rows:
-        raise ValueError(f"refinement needs {'' if common else '2 * '}pairs = {need} environments, "
-                         f"it has {rows}")
+    ``[rows]``; ``agree(go)`` makes every process take the same decision to go on (distributed runs: rank
+    0's clock). The perturbations come from a generator seeded by ``seed``."""
+    pairs = settings.pairs or rows // 2
+    if not 1 <= 2 * pairs <= rows:
+        raise ValueError(f"refinement needs 2 * pairs = {2 * pairs} environments, it has {rows}")
     top = min(settings.top or pairs, pairs)
-
-    def score(sets: torch.Tensor, w: torch.Tensor, it: int) -> torch.Tensor:
-        """The fitness of ``sets``; the rows left over play the current parameters ``w``."""
-        filled = torch.cat([sets, w[None].expand(rows - len(sets), *w.shape)]).float()
-        return torch.nan_to_num(play(filled, it).cpu().double()[:len(sets)], nan=-math.inf)
-
     gen = torch.Generator().manual_seed(int(seed))
     w = start.double().clone()
     scale = torch.ones_like(w) if scale is None else scale.double()
@@ -210,22 +189,18 @@ def refine(start: torch.Tensor, rows: int, settings: RefineSettings, seconds: fl
             mask.scatter_(1, w[:, :n_in].abs().topk(settings.keep, dim=1).indices, 1.0)
             w = w * mask
         delta = torch.randn(pairs, *w.shape, generator=gen, dtype=torch.float64) * mask * scale
-        up, down = w + settings.sigma * delta, w - settings.sigma * delta
-        if common:
-            plus, minus = score(up, w, it), score(down, w, it)
-        else:
-            plus, minus = score(torch.cat([up, down]), w, it).split(pairs)
-        # common starts: each pair is judged against its own starts' level (its members' mean), so the
-        # directions that step are those of the largest effect, not of the easiest starts
-        level = (plus + minus) / 2 if common else torch.zeros_like(plus)
-        keep = torch.topk(torch.maximum(plus, minus) - level, top).indices
+        cand = torch.cat([w + settings.sigma * delta, w - settings.sigma * delta,
+                          w[None].expand(rows - 2 * pairs, *w.shape)]).float()
+        r = torch.nan_to_num(play(cand, it).cpu().double(), nan=-math.inf)
+        plus, minus = r[:pairs], r[pairs:2 * pairs]
+        keep = torch.topk(torch.maximum(plus, minus), top).indices
         chosen = torch.cat([plus[keep], minus[keep]])
         sd = chosen.std() if top > 1 else (plus[keep] - minus[keep]).abs().mean()
         if torch.isfinite(chosen).all() and sd > 0:
             diff = (plus[keep] - minus[keep]).reshape(-1, *[1] * w.dim())
             w = w + settings.step / (top * sd) * (diff * delta[keep]).sum(0)
         it += 1
-        history.append({"iteration": it, "mean_score": float(torch.cat([plus, minus]).mean())})
+        history.append({"iteration": it, "mean_score": float(r[:2 * pairs].mean())})
         if log is not None and (it == 1 or it % 25 == 0):
             log(f"refine: iteration {it}, perturbations' mean {history[-1]['mean_score']:.1f}, "
                 f"{time.perf_counter() - begin:.0f} s")

@@ -378,11 +378,8 @@ class PolicyTask(Task):
             (torch.zeros(self.n_out, self.n_in + 1), None)
         E = settings.episodes
         # n items of `per` environments: the training batch's (pairs null), or 2·pairs samples of E episodes
-        # (pairs with common starts: the plus members, then the minus ones on the same environments)
-        common = settings.common_starts
-        n, per = (self.pop_size, self.episodes) if settings.pairs is None else \
-            ((1 if common else 2) * settings.pairs, E)
-        dist.check_shardable(n, "task.refine.pairs" if common else "2 * task.refine.pairs", "perturbation")
+        n, per = (self.pop_size, self.episodes) if settings.pairs is None else (2 * settings.pairs, E)
+        dist.check_shardable(n, "2 * task.refine.pairs", "perturbation")
         a, b = (x * per for x in dist.bounds(n))  # this rank's environments
         reuse = n * per == self.total_envs and (a, b) == tuple(x * self.episodes for x in self.shard)
         mean, std, shift = h["mean"].to(self.device), h["std"].to(self.device), self.reward_shift
