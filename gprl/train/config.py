@@ -39,6 +39,8 @@ GPSchema = make_dataclass("GPSchema", [
     ("time_limit", Optional[float], field(default=None)),  # noqa: UP045
     ("target_return", Optional[float], field(default=None)),  # noqa: UP045
     ("restarts", Optional[int], field(default=None)),  # noqa: UP045
+    ("draws", Optional[int], field(default=None)),  # noqa: UP045
+    ("draw_generations", Optional[int], field(default=None)),  # noqa: UP045
     *((name, kind, value) for name, kind, value in hydra_fields() if name != "population_size"),
 ])
 

@@ -31,8 +31,10 @@ import torch
 
 from gprl import envs
 from gprl.core.population import Population
+from gprl.evolve import selection as S
 from gprl.evolve.algorithm import GeneticProgramming
 from gprl.evolve.config import GPConfig
+from gprl.evolve.draws import Draws
 from gprl.evolve.loop import Evolution, Generation
 from gprl.train import distributed
 from gprl.train.checkpoint import (
@@ -289,6 +291,7 @@ class Run:
         if restarts is not None and (isinstance(restarts, bool) or not isinstance(restarts, int)
                                      or restarts < 1):
             raise ValueError(f"gp.restarts must be an integer >= 1 (1: no restart) or null, got {restarts!r}")
+        self.draws = Draws.from_config(gp_cfg)
         self.every = int(cfg.get("checkpoint_every", 5))
         if self.every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {self.every}")
@@ -371,6 +374,7 @@ class Run:
             self.population = self.share(gp.init() if self.main else None)
             self.start, elapsed_before, last_before, self.total_steps, self.wandb_id = 0, 0.0, 0.0, 0, None
             self.run_index = 0  # which of the gp.restarts runs the search is in
+            self.kept = None  # gp.draws: the best ended draw so far (population, fitness, the task's state)
             self.best_so_far = -math.inf if task.maximize else math.inf
             self.resume_changes: list[dict[str, Any]] = []
             if self.main:
@@ -385,6 +389,7 @@ class Run:
             elapsed_before, self.total_steps = state["elapsed"], state["total_env_steps"]
             last_before = state.get("last_generation_s", 0.0)
             self.run_index, gp.fresh_at = state.get("restart", (0, 0))
+            self.kept = state.get("draws")
             self.best_so_far, self.wandb_id = state["best_so_far"], state.get("wandb_id")
             # every continuation with changed settings, in order (the run's record of them)
             self.resume_changes = [*state.get("resume_changes", []),
@@ -419,7 +424,7 @@ class Run:
     def before_generation(self, generation: int, populations: list[Population], stop: str) -> None:
         """Keeps the state before evaluating ``generation`` (what Ctrl-C saves); writes it as a checkpoint
         every ``checkpoint_every`` generations and at the end."""
-        self.population = populations[0]
+        self.population, self.generation = populations[0], generation
         self.snap = self.snapshot(generation)
         if stop or (generation > self.start and generation % self.every == 0):
             with self.dist.agree("writing a checkpoint"):
@@ -465,11 +470,41 @@ class Run:
         return self.dist.broadcast_object(stop, "agreeing on the stopping rule")  # rank 0's clock decides
 
     def vary(self, gp: GeneticProgramming, population: Population, fitness: torch.Tensor) -> Population:
-        new = None
+        new, fresh = None, self.restart_due()
+        draw = self.draws.ends(self.generation)
+        if draw is not None:
+            population, fitness, fresh = self.end_draw(draw, population, fitness)
         with self.dist.agree("varying the population"):
             if self.main:
-                new = gp.restart(population, fitness) if self.restart_due() else gp.step(population, fitness)
+                new = gp.restart(population, fitness) if fresh else gp.step(population, fitness)
         return self.share(new)
+
+    def end_draw(self, draw: int, population: Population,
+                 fitness: torch.Tensor) -> tuple[Population, torch.Tensor, bool]:
+        """``gp.draws`` (every rank, the same fitness): keeps the draw ``population`` ends where its best
+        score leads; after the last draw the kept one goes on. Returns what to vary, and whether a fresh
+        draw starts from it."""
+        task, maximize = self.task, self.task.maximize
+        loss = float(S.loss_of(fitness, maximize).min())  # NaN and the direction sanitised
+        kept = self.kept
+        if kept is None or loss < kept["loss"]:
+            kept = self.kept = {"draw": draw, "loss": loss, "fitness": fitness.cpu(),
+                                "population": population_state(population), "task": task.draw_state()}
+        if draw < self.draws.count - 1:
+            task.start_draw(None)
+            return population, fitness, True
+        self.kept = None
+        if self.main:
+            best = -kept["loss"] if maximize else kept["loss"]
+            print(f"gprl: draw {kept['draw'] + 1} of {self.draws.count} goes on (its last generation's best "
+                  f"fitness {best:.6g})", flush=True)
+            if kept["draw"] != draw:
+                self.gp.archive.update(population, S.loss_of(fitness, maximize))
+            if self.draws.generations == 1:  # the kept population is a fresh one: no strategy pairs
+                self.gp.fresh_at = self.gp.generation
+        task.start_draw(kept["task"])
+        return (population_from_state(kept["population"], fitness.device),
+                kept["fitness"].to(fitness.device), False)
 
     def restart_due(self) -> bool:
         """Whether the search has used up its run's share of the budget (``gp.restarts``): of the time limit
@@ -499,7 +534,8 @@ class Run:
                 "task": self.task.state_dict(), "elapsed": self.search.elapsed(),
                 "last_generation_s": self.search.last_s,
                 "total_env_steps": self.total_steps, "best_so_far": self.best_so_far,
-                "restart": (self.run_index, self.gp.fresh_at), "wandb_id": self.tracker.run_id}
+                "restart": (self.run_index, self.gp.fresh_at), "draws": self.kept,
+                "wandb_id": self.tracker.run_id}
 
     def checkpoint(self, snap: dict[str, Any] | None) -> None:
         if snap is not None:

@@ -129,6 +129,18 @@ def test_racing_over_two_processes_gives_the_one_process_result(tmp_path):
     assert (one / "policy.json").read_text() == (two / "policy.json").read_text()
 
 
+def test_draws_over_two_processes_give_the_one_process_result(tmp_path):
+    """gp.draws: every rank keeps the best draw and its observation statistics: the one process's run."""
+    draws = [*POLICY, "gp.generations=5", "gp.draws=2", "gp.draw_generations=2"]
+    run_train(tmp_path, "one", *draws)
+    torchrun(tmp_path, "two", 2, *draws)
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert [row["episode_length"] for row in metrics(one)] == [30, 75, 30, 75, 120]  # per draw
+    assert_same_final_population(one, two, "gen_000005.pt")
+    assert metrics(one) == metrics(two)
+    assert (one / "policy.json").read_text() == (two / "policy.json").read_text()
+
+
 @pytest.mark.parametrize("refine_cfg", ["{iterations: 3, pairs: 7}",
                                         "{iterations: 3, pairs: 7, target: constants, episodes: 2}"])
 def test_refinement_over_two_processes_gives_the_one_process_result(tmp_path, refine_cfg):

@@ -50,6 +50,13 @@ class Task(abc.ABC):
         task's own budget); returns what to report (empty: nothing done)."""
         return {}
 
+    def draw_state(self) -> dict[str, Any]:
+        """What a draw of ``gp.draws`` carries besides its population (e.g. its observation statistics)."""
+        return {}
+
+    def start_draw(self, state: dict[str, Any] | None) -> None:
+        """A fresh draw starts (``state`` None) or a kept draw's ``state`` goes on."""
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 

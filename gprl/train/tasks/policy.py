@@ -12,6 +12,7 @@ import torch
 from gprl import envs
 from gprl.core.population import Population
 from gprl.core.seeds import mix_seed
+from gprl.evolve.draws import Draws
 from gprl.rl.export import export_policy
 from gprl.rl.policy import ActionMap, ObsNormalizer, PolicyEvaluation, evaluate_policies
 from gprl.rl.refine import RefineSettings, fold, linear_policy, refine, tree_numbers, with_numbers
@@ -97,8 +98,10 @@ class PolicyTask(Task):
     def __init__(self, env_cfg: dict[str, Any], pop_size: int, seed: int, device: torch.device,
                  parsimony: float = 0.0, hall_of_fame: int = 8, validation_episodes: int | None = 10,
                  final_candidates: int = 0, digits: int = 4, dist: Dist | None = None,
-                 refine: dict[str, Any] | None = None, validation_keep: float | None = None):
+                 refine: dict[str, Any] | None = None, validation_keep: float | None = None,
+                 draws: Draws | None = None):
         name = env_cfg["name"]
+        self.draws = draws or Draws()  # each draw of gp.draws plays its own episode schedule
         backend = env_cfg.get("backend", "auto")
         self.episodes = int(env_cfg.get("episodes", 1))
         if self.episodes < 1:
@@ -176,7 +179,8 @@ class PolicyTask(Task):
                    parsimony=float(gp.get("parsimony") or 0.0), hall_of_fame=int(task.get("hall_of_fame", 8)),
                    validation_episodes=task.get("validation_episodes"),
                    final_candidates=int(task.get("final_candidates") or 0), digits=int(task.get("digits", 4)),
-                   dist=dist, refine=task.get("refine"), validation_keep=task.get("validation_keep"))
+                   dist=dist, refine=task.get("refine"), validation_keep=task.get("validation_keep"),
+                   draws=Draws.from_config(gp))
 
     def fingerprint(self) -> dict[str, Any]:
         return {"task": "policy", "env": self.name, "obs_dim": self.n_in, "n_out": self.n_out,
@@ -188,7 +192,8 @@ class PolicyTask(Task):
         return mix_seed(self.seed, *parts) % (2**31 - 1 - envs_per_reset)
 
     def evaluate(self, population: Population, generation: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        length = episode_length_at(generation, self.start_length, self.final_length, self.ramp)
+        length = episode_length_at(self.draws.schedule_generation(generation), self.start_length,
+                                   self.final_length, self.ramp)
         short = max(1, round(length * self.horizon)) if self.racing else length
         mean, std = self.normalizer.mean.clone(), self.normalizer.std.clone()
         (a, b), P, E, dist = self.shard, len(population), self.episodes, self.dist
@@ -274,6 +279,16 @@ class PolicyTask(Task):
                          "return": ret, "generation": generation})
         self.hof.sort(key=lambda h: h["fitness"], reverse=True)
         self.hof = self.hof[: self.hof_size]
+
+    def draw_state(self) -> dict[str, Any]:
+        return {"normalizer": self.normalizer.state_dict()}
+
+    def start_draw(self, state: dict[str, Any] | None) -> None:
+        # a draw's trees are evolved on its own observations' statistics (the hall of fame keeps each tree's)
+        if state is None:
+            self.normalizer = ObsNormalizer(self.n_in, self.device, enabled=self.normalizer.enabled)
+        else:
+            self.normalizer.load_state_dict(state["normalizer"])
 
     def state_dict(self) -> dict[str, Any]:
         return {"normalizer": self.normalizer.state_dict(), "hof": list(self.hof), "last": self.last}

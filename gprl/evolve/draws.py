@@ -1,0 +1,58 @@
+"""Several fresh starts, one continued (``gp.draws``, ``gp.draw_generations``).
+
+The search starts ``count`` times from a fresh random population, each draw evolved for ``generations``
+generations on its own episode schedule and observation statistics; then the draw whose last generation
+scored best goes on for the rest of the budget, and the others end (their best trees stay in the hall of
+fame). Where a search's first generations climb decides most of where it ends, so a few short draws buy a
+better basin for the long run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Draws:
+    count: int = 1
+    generations: int = 0
+
+    @classmethod
+    def from_config(cls, gp: dict[str, Any]) -> Draws:
+        count, generations = gp.get("draws"), gp.get("draw_generations")
+        for name, v in (("draws", count), ("draw_generations", generations)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"gp.{name} must be a positive integer or null, got {v!r}")
+        if not count or count == 1:
+            return cls()
+        if generations is None:
+            raise ValueError(f"gp.draws={count} needs gp.draw_generations: the generations each draw is "
+                             "evolved before the best one is continued")
+        if (gp.get("restarts") or 1) > 1:
+            raise ValueError("gp.draws and gp.restarts both start the search again from fresh populations: "
+                             "set one of them")
+        if gp.get("generations") is not None and gp["generations"] <= count * generations:
+            raise ValueError(f"gp.generations ({gp['generations']}) must exceed gp.draws x "
+                             f"gp.draw_generations ({count * generations}): the best draw goes on after them")
+        return cls(count, generations)
+
+    @property
+    def screen(self) -> int:
+        """The generations the draws take before the best one goes on (0: one population)."""
+        return self.count * self.generations if self.count > 1 else 0
+
+    def ends(self, generation: int) -> int | None:
+        """The draw whose last generation ``generation`` is, or None."""
+        if generation < self.screen and (generation + 1) % self.generations == 0:
+            return generation // self.generations
+        return None
+
+    def schedule_generation(self, generation: int) -> int:
+        """``generation``'s place on its draw's schedule (episode lengths): counted from the draw's first;
+        the continued draw goes on from its last."""
+        if not self.screen:
+            return generation
+        if generation < self.screen:
+            return generation % self.generations
+        return generation - (self.count - 1) * self.generations

@@ -1,0 +1,94 @@
+"""gp.draws: the search starts from several fresh populations, each evolved gp.draw_generations generations on
+its own episode schedule and observation statistics, then the best goes on; a resumed run keeps the draw it
+had kept."""
+
+import re
+import shutil
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import gprl
+from gprl.evolve.draws import Draws
+from gprl.train.trainer import make_gp
+from tests.train.helpers import assert_same_final_population, metrics, train
+
+pytest.importorskip("mujoco")
+
+# TINY's schedule: 30-step episodes at a draw's generation 0, 45 at 1, the full 60 from 2
+# seed 1 keeps the first draw, so the kept population and statistics come back; no reward shift: the fitness
+# is the return the metrics log
+RUNS = ["gp.generations=8", "gp.draws=3", "gp.draw_generations=2", "checkpoint_every=1",
+        "keep_checkpoints=20", "env.reward_shift=0", "seed=1", "wandb.mode=disabled"]
+
+
+def same(a: gprl.Population, b: gprl.Population) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.tensors(), b.tensors()))
+
+
+def population(state) -> gprl.Population:
+    return gprl.Population(*(state[k] for k in ("kind", "code", "out", "value", "size")), n_in=11, n_out=3)
+
+
+def rows(pop: gprl.Population) -> set:
+    """Each tree as a hashable row of its tensors."""
+    return {tuple(torch.cat([t[i].flatten().double() for t in pop.tensors()]).tolist())
+            for i in range(len(pop))}
+
+
+def test_draws_count_their_generations():
+    d = Draws(3, 2)
+    assert [d.ends(g) for g in range(8)] == [None, 0, None, 1, None, 2, None, None]
+    assert [d.schedule_generation(g) for g in range(8)] == [0, 1, 0, 1, 0, 1, 2, 3]
+    assert Draws.from_config({"draws": 1, "draw_generations": 5}) == Draws()
+    assert [Draws().schedule_generation(g) for g in (0, 7)] == [0, 7] and Draws().ends(0) is None
+
+
+@pytest.mark.parametrize("gp, words", [
+    ({"draws": 2}, "gp.draw_generations"),
+    ({"draws": 2, "draw_generations": 3, "restarts": 2}, "gp.restarts"),
+    ({"draws": 2, "draw_generations": 3, "generations": 6}, "must exceed"),
+    ({"draws": 0}, "gp.draws"),
+    ({"draws": 2, "draw_generations": True}, "gp.draw_generations"),
+])
+def test_bad_draws_are_named(gp, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        Draws.from_config(gp)
+
+
+def test_the_best_draw_goes_on_with_its_schedule_and_statistics_and_resumes(tmp_path):
+    res = train(tmp_path, "full", *RUNS)
+    assert "going on from the best of 3 draws of 2 generations" in res.stdout
+    kept = int(re.search(r"gprl: draw (\d) of 3 goes on", res.stdout).group(1)) - 1
+    assert kept == 0
+    full = tmp_path / "full"
+    rows_ = metrics(full)
+    assert [r["episode_length"] for r in rows_] == [30, 45, 30, 45, 30, 45, 60, 60]
+    # the draw kept is the one whose last generation scored best
+    last = [rows_[2 * d + 1]["best_return"] for d in range(3)]
+    assert kept == max(range(3), key=last.__getitem__)
+    ckpt = {g: torch.load(full / "checkpoints" / f"gen_{g:06d}.pt", weights_only=False) for g in range(1, 9)}
+    gp_cfg = dict(ckpt[1]["config"]["gp"], population_size=12, max_len=int(ckpt[1]["fingerprint"]["max_len"]))
+    gp = make_gp(gp_cfg, SimpleNamespace(n_in=11, n_out=3, maximize=True, device="cpu"), 1)  # seed 1
+    for g in range(1, 7):  # generations 2 and 4 start fresh draws, on fresh observation statistics
+        assert same(population(ckpt[g]["population"]), gp.init(run=g)) == (g in (2, 4)), g
+        assert (float(ckpt[g]["task"]["normalizer"]["count"]) == 0) == (g in (2, 4)), g
+    # generation 6 is bred from the kept draw's last population (its elites are copies), on its statistics
+    ends = {d: rows(population(ckpt[2 * d + 1]["population"])) for d in range(3)}
+    elites = rows(population(ckpt[6]["population"])[:2])
+    assert elites <= ends[0] and not elites <= ends[2]
+    saved = ckpt[2]["draws"]
+    assert saved["draw"] == 0 and ckpt[5]["draws"]["draw"] == 0 and ckpt[6]["draws"] is None
+    for k in ("count", "mean64", "m2"):
+        assert torch.equal(ckpt[6]["task"]["normalizer"][k], saved["task"]["normalizer"][k]), k
+    # a run resumed inside the second draw keeps the first draw's record and ends as the uninterrupted one
+    resumed = tmp_path / "resumed"
+    shutil.copytree(full, resumed)
+    for g in range(4, 9):
+        (resumed / "checkpoints" / f"gen_{g:06d}.pt").unlink()
+    (resumed / "summary.json").unlink()
+    assert ckpt[3]["draws"]["draw"] == 0
+    train(tmp_path, "resumer", *RUNS, f"resume={resumed}")
+    assert metrics(full) == metrics(resumed)
+    assert_same_final_population(full, resumed, "gen_000008.pt")
