@@ -11,6 +11,7 @@ import torch
 
 import gprl
 from gprl.evolve.draws import Draws
+from gprl.train.checkpoint import population_from_state
 from gprl.train.trainer import make_gp
 from tests.train.helpers import assert_same_final_population, metrics, train
 
@@ -28,7 +29,7 @@ def same(a: gprl.Population, b: gprl.Population) -> bool:
 
 
 def population(state) -> gprl.Population:
-    return gprl.Population(*(state[k] for k in ("kind", "code", "out", "value", "size")), n_in=11, n_out=3)
+    return population_from_state(state, "cpu")
 
 
 def rows(pop: gprl.Population) -> set:
