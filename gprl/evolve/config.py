@@ -75,7 +75,8 @@ class GPConfig:
     """Standard deviation of constant mutation, relative to the constant (absolute near 0)."""
     const_prob: float = field(default=0.2, metadata=_schema(float))
     """A new leaf is a constant with this probability, else a variable."""
-    const_range: tuple[float, float] = field(default=(-1.0, 1.0), metadata=_schema(list[float]))
+    const_range: tuple[float, float] = field(default=(-1.0, 1.0),
+                                             metadata=_schema(Optional[list[float]]))  # noqa: UP045
     """New constants are uniform in this range."""
     output_prob: float = field(default=0.3, metadata=_schema(float))
     """Multi-output trees: a new function node writes an output (Modi node) with this probability."""

@@ -3,8 +3,8 @@
 The search starts ``count`` times from a fresh random population, each draw evolved for ``generations``
 generations on its own episode schedule and observation statistics; then the draw whose last generation
 scored best goes on for the rest of the budget, and the others end (their best trees stay in the hall of
-fame). Where a search's first generations climb decides most of where it ends, so a few short draws buy a
-better basin for the long run.
+fame). A budget that ends inside the draws exports the best tree they found. Where a search's first
+generations climb decides most of where it ends, so a few short draws buy a better basin for the long run.
 """
 
 from __future__ import annotations
@@ -32,9 +32,6 @@ class Draws:
         if (gp.get("restarts") or 1) > 1:
             raise ValueError("gp.draws and gp.restarts both start the search again from fresh populations: "
                              "set one of them")
-        if gp.get("generations") is not None and gp["generations"] <= count * generations:
-            raise ValueError(f"gp.generations ({gp['generations']}) must exceed gp.draws x "
-                             f"gp.draw_generations ({count * generations}): the best draw goes on after them")
         return cls(count, generations)
 
     @property

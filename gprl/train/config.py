@@ -25,7 +25,7 @@ class EnvSchema:
     racing: Any = None  # {horizon, finalists, episodes} or null
     episodes: int = 1
     reward_shift: float | None = None  # subtracted from every step's reward in training; null: 0
-    normalize_obs: bool = True
+    normalize_obs: bool | None = True  # null: per-backend default, else true
     action_transform: str = "auto"
     kwargs: Any = None
     train_kwargs: Any = None  # the training environments' alone, over kwargs (validation and export: kwargs)

@@ -80,13 +80,16 @@ def uses_env(cfg: dict[str, Any]) -> bool:
 
 
 # settings of policies whose environment sets none (configs/gp/default.yaml leaves them null)
-POLICY_GP_DEFAULTS = {"max_len": 64, "max_depth": 8, "tournament_size": 5}
+POLICY_GP_DEFAULTS = {"max_len": 64, "max_depth": 8, "tournament_size": 5,
+                      "functions": ["add", "sub", "mul", "div", "tanh", "max", "min", "gt"],
+                      "const_range": [-1.0, 1.0]}
+POLICY_ENV_DEFAULTS = {"normalize_obs": True}
 
 
 def apply_backend_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
     """Fill ``null`` entries of ``gp``/``env``/``task`` from ``env.per_backend[<resolved backend>]`` (a
     mapping given where the default is one is laid over it: ``task.refine={pairs: 32}`` keeps the default
-    share), then the settings still null from ``POLICY_GP_DEFAULTS``."""
+    share), then the settings still null from ``POLICY_GP_DEFAULTS`` and ``POLICY_ENV_DEFAULTS``."""
     if not uses_env(cfg):
         return cfg
     env_cfg = cfg.get("env") or {}
@@ -106,9 +109,10 @@ def apply_backend_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
                 cfg[section][key] = value
             elif isinstance(mine, dict) and isinstance(value, dict):
                 cfg[section][key] = {**value, **mine}
-    for key, value in POLICY_GP_DEFAULTS.items():
-        if cfg["gp"].get(key) is None:
-            cfg["gp"][key] = value
+    for section, fallback in (("gp", POLICY_GP_DEFAULTS), ("env", POLICY_ENV_DEFAULTS)):
+        for key, value in fallback.items():
+            if cfg[section].get(key) is None:
+                cfg[section][key] = value
     return cfg
 
 

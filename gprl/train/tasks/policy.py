@@ -140,7 +140,7 @@ class PolicyTask(Task):
         self.obs_names = self.env.obs_names
         self.action_names = self.env.action_names
         self.normalizer = ObsNormalizer(self.n_in, self.device,
-                                        enabled=bool(env_cfg.get("normalize_obs", True)))
+                                        enabled=env_cfg.get("normalize_obs") is not False)
         self.parsimony, self.hof_size, self.digits = float(parsimony), int(hall_of_fame), int(digits)
         if hall_of_fame < 1:
             raise ValueError("task.hall_of_fame must be >= 1 (candidates validated at the end), "
