@@ -35,6 +35,8 @@ generalized pipeline, 1000-step episodes) as horizontal reference lines.
 (``train.py resume=<run dir>``; pass the same overrides after ``--``) until ``--budget`` seconds of evolution
 in all (the trainer's clock goes on from the checkpoint's): ``wall_s`` is the sum of the processes'
 wall-clocks (``segments_wall_s``), and the curve keeps the earlier points the continuation did not redo.
+The document is written once the runs have trained and again after their replays: a replay cut short
+leaves runs that ``--resume`` continues.
 
 ``--merge FILE ...`` runs nothing: it gathers the records of earlier documents (also of the runs side by side
 in ``scripts/dev/gpu_policy_grid.sh``'s grid.json) into one JSON document and PNG per backend in ``--out``.
@@ -383,19 +385,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         rec = records[-1]
         print(f"bench_policies: {task} seed {seed}: exit {rec['returncode']}, {rec.get('generations')} "
               f"generations, {rec['wall_s']:.1f} s", file=sys.stderr)
-    for rec in records:
-        evaluate(rec, args.episodes, args.eval_seed)
-
     doc = {"benchmark": "policies", "backend": args.backend, "budget_s": args.budget, "tasks": args.tasks,
            "seeds": args.seeds, "episodes": args.episodes, "eval_seed": args.eval_seed,
            "overrides": overrides, "started": started, "machine": machine(),
            "evogp_table_viii": {"returns": EVOGP_TABLE_VIII, "population_size": 5000,
                                 "pipeline": "brax generalized", "episode_length": 1000},
            "records": records}
+    path = out / f"bench_policies_{args.backend}.json"
+    path.write_text(json.dumps(doc, indent=1))  # trained: --resume goes on if the replays are stopped
+    for rec in records:
+        evaluate(rec, args.episodes, args.eval_seed)
     png = out / f"bench_policies_{args.backend}.png"
     plot(records, args.tasks, args.backend, f"{args.budget:g} s of evolution per run", png)
     doc["figure"] = str(png)
-    path = out / f"bench_policies_{args.backend}.json"
     path.write_text(json.dumps(doc, indent=1))
     print(json.dumps(doc, indent=1))
     return doc

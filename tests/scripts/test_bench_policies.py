@@ -32,7 +32,7 @@ def sympy_nodes(formula: str) -> int:
     return sum(1 for _ in sympy.preorder_traversal(sympy.sympify(formula, locals=names)))
 
 
-def test_one_mujoco_task_end_to_end(tmp_path, capsys):
+def test_one_mujoco_task_end_to_end(tmp_path, capsys, monkeypatch):
     bench = load_script()
     out = tmp_path / "bench"
     doc = bench.main(["--out", str(out), "--budget", "2", "--tasks", "hopper", "--episodes", "3", "--",
@@ -110,3 +110,15 @@ def test_one_mujoco_task_end_to_end(tmp_path, capsys):
     walls = [p["wall_s"] for p in cont["curve"]]
     assert walls == sorted(walls) and rec["wall_s"] < walls[rec["generations"]] <= cont["wall_s"]
     assert cont["curve"][-1]["best_so_far"] == cont["best_train_return"] and len(cont["eval"]["returns"]) == 3
+
+    # the document is written before the replays: one stopped (a machine's limit) leaves a run to go on with
+    def stopped(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "evaluate", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["--out", str(out), "--budget", "6", "--tasks", "hopper", "--resume", "--",
+                    "gp.population_size=12", "env.episode_length=50"])
+    [saved] = json.loads((out / "bench_policies_mujoco.json").read_text())["records"]
+    assert "eval" not in saved and saved["generations"] > cont["generations"]
+    assert saved["segments_wall_s"][:2] == cont["segments_wall_s"] and len(saved["segments_wall_s"]) == 3
