@@ -39,6 +39,10 @@ class Draws:
         """The generations the draws take before the best one goes on (0: one population)."""
         return self.count * self.generations if self.count > 1 else 0
 
+    def index(self, generation: int) -> int | None:
+        """The draw ``generation`` belongs to while the draws last (from 0), else None."""
+        return generation // self.generations if generation < self.screen else None
+
     def ends(self, generation: int) -> int | None:
         """The draw whose last generation ``generation`` is, or None."""
         if generation < self.screen and (generation + 1) % self.generations == 0:

@@ -379,6 +379,7 @@ class Run:
             self.start, elapsed_before, last_before, self.total_steps, self.wandb_id = 0, 0.0, 0.0, 0, None
             self.run_index = 0  # which of the gp.restarts runs the search is in
             self.kept = None  # gp.draws: the best ended draw so far (population, fitness, the task's state)
+            self.continued = None  # gp.draws: the draw that went on (0-based) once the draws are over
             self.best_so_far = -math.inf if task.maximize else math.inf
             self.resume_changes: list[dict[str, Any]] = []
             if self.main:
@@ -393,7 +394,7 @@ class Run:
             elapsed_before, self.total_steps = state["elapsed"], state["total_env_steps"]
             last_before = state.get("last_generation_s", 0.0)
             self.run_index, gp.fresh_at = state.get("restart", (0, 0))
-            self.kept = state.get("draws")
+            self.kept, self.continued = state.get("draws"), state.get("draw_continued")
             self.best_so_far, self.wandb_id = state["best_so_far"], state.get("wandb_id")
             # every continuation with changed settings, in order (the run's record of them)
             self.resume_changes = [*state.get("resume_changes", []),
@@ -452,6 +453,10 @@ class Run:
                        "mean_size": float(generation.populations[0].lengths().float().mean()),
                        "total_env_steps": self.total_steps, "env_steps_per_s": steps / max(dt, 1e-9),
                        "generation_s": dt, "elapsed_s": elapsed}
+                draw = self.draws.index(g)
+                draw = self.continued if draw is None else draw
+                if draw is not None:  # gp.draws: which draw the generation belongs to, from 1
+                    row["draw"] = draw + 1
                 self.metrics_file.write(json.dumps(row) + "\n")
                 self.metrics_file.flush()
                 self.tracker.log(row, step=g)
@@ -497,7 +502,7 @@ class Run:
         if draw < self.draws.count - 1:
             task.start_draw(None)
             return population, fitness, True
-        self.kept = None
+        self.kept, self.continued = None, kept["draw"]
         if self.main:
             best = -kept["loss"] if maximize else kept["loss"]
             print(f"gprl: draw {kept['draw'] + 1} of {self.draws.count} goes on (its last generation's best "
@@ -539,6 +544,7 @@ class Run:
                 "last_generation_s": self.search.last_s,
                 "total_env_steps": self.total_steps, "best_so_far": self.best_so_far,
                 "restart": (self.run_index, self.gp.fresh_at), "draws": self.kept,
+                "draw_continued": self.continued,
                 "wandb_id": self.tracker.run_id}
 
     def checkpoint(self, snap: dict[str, Any] | None) -> None:

@@ -41,6 +41,7 @@ def rows(pop: gprl.Population) -> set:
 def test_draws_count_their_generations():
     d = Draws(3, 2)
     assert [d.ends(g) for g in range(8)] == [None, 0, None, 1, None, 2, None, None]
+    assert [d.index(g) for g in range(8)] == [0, 0, 1, 1, 2, 2, None, None] and Draws().index(0) is None
     assert [d.schedule_generation(g) for g in range(8)] == [0, 1, 0, 1, 0, 1, 2, 3]
     assert Draws.from_config({"draws": 1, "draw_generations": 5}) == Draws()
     assert [Draws().schedule_generation(g) for g in (0, 7)] == [0, 7] and Draws().ends(0) is None
@@ -65,6 +66,7 @@ def test_the_best_draw_goes_on_with_its_schedule_and_statistics_and_resumes(tmp_
     full = tmp_path / "full"
     rows_ = metrics(full)
     assert [r["episode_length"] for r in rows_] == [30, 45, 30, 45, 30, 45, 60, 60]
+    assert [r["draw"] for r in rows_] == [1, 1, 2, 2, 3, 3, 1, 1]
     # the draw kept is the one whose last generation scored best
     last = [rows_[2 * d + 1]["best_return"] for d in range(3)]
     assert kept == max(range(3), key=last.__getitem__)
@@ -92,3 +94,10 @@ def test_the_best_draw_goes_on_with_its_schedule_and_statistics_and_resumes(tmp_
     train(tmp_path, "resumer", *RUNS, f"resume={resumed}")
     assert metrics(full) == metrics(resumed)
     assert_same_final_population(full, resumed, "gen_000008.pt")
+    # resumed after the draws, the metrics still name the draw that went on
+    after = tmp_path / "after"
+    shutil.copytree(full, after)
+    (after / "checkpoints" / "gen_000008.pt").unlink()
+    (after / "summary.json").unlink()
+    train(tmp_path, "resumer2", *RUNS, f"resume={after}")
+    assert metrics(after) == metrics(full)
