@@ -49,6 +49,17 @@ class Draws:
             return generation // self.generations
         return None
 
+    def budget_note(self, first_draw_s: float, evolution_limit: float | None,
+                    time_limit: float | None) -> str | None:
+        """A line for a user whose time limit the draws will use up at the first draw's pace, else None.
+        ``evolution_limit``: the evolution's share of ``time_limit`` (the rest is a refinement's)."""
+        needed = first_draw_s * self.count
+        if not evolution_limit or not time_limit or needed < evolution_limit:
+            return None
+        return (f"gprl: the first draw took {first_draw_s:.0f} s, so the time limit ends inside the "
+                f"{self.count} draws and the best tree they found is exported; gp.time_limit above about "
+                f"{needed * time_limit / evolution_limit:.0f} s lets the best draw go on")
+
     def schedule_generation(self, generation: int) -> int:
         """``generation``'s place on its draw's schedule (episode lengths): counted from the draw's first;
         the continued draw goes on from its last."""

@@ -45,6 +45,13 @@ def test_draws_count_their_generations():
     assert [d.schedule_generation(g) for g in range(8)] == [0, 1, 0, 1, 0, 1, 2, 3]
     assert Draws.from_config({"draws": 1, "draw_generations": 5}) == Draws()
     assert [Draws().schedule_generation(g) for g in (0, 7)] == [0, 7] and Draws().ends(0) is None
+    # a time limit the draws use up at the first draw's pace is named, with the limit that lets one go on
+    five = Draws(5, 15)
+    note = five.budget_note(110.0, 480.0, 480.0)
+    assert "ends inside the 5 draws" in note and "gp.time_limit above about 550 s" in note
+    # half the time limit a refinement's: the limit named is the whole run's
+    assert five.budget_note(110.0, 300.0, 600.0).endswith("about 1100 s lets the best draw go on")
+    assert five.budget_note(90.0, 480.0, 480.0) is None and five.budget_note(110.0, None, None) is None
 
 
 @pytest.mark.parametrize("gp, words", [
