@@ -45,9 +45,8 @@ class Draws:
 
     def ends(self, generation: int) -> int | None:
         """The draw whose last generation ``generation`` is, or None."""
-        if generation < self.screen and (generation + 1) % self.generations == 0:
-            return generation // self.generations
-        return None
+        draw = self.index(generation)
+        return draw if draw is not None and (generation + 1) % self.generations == 0 else None
 
     def budget_note(self, first_draw_s: float, evolution_limit: float | None,
                     time_limit: float | None) -> str | None:

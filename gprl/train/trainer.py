@@ -500,9 +500,8 @@ class Run:
             kept = self.kept = {"draw": draw, "loss": loss, "fitness": fitness.cpu(),
                                 "population": population_state(population), "task": task.draw_state()}
         if draw < self.draws.count - 1:
-            note = self.draws.budget_note(self.search.elapsed(), self.search.time_limit,
-                                          self.gp_cfg.get("time_limit")) if draw == 0 else None
-            if note and self.main:
+            if draw == 0 and self.main and (note := self.draws.budget_note(
+                    self.search.elapsed(), self.search.time_limit, self.gp_cfg.get("time_limit"))):
                 print(note, flush=True)
             task.start_draw(None)
             return population, fitness, True
