@@ -39,7 +39,8 @@ The document is written once the runs have trained and again after their replays
 leaves runs that ``--resume`` continues.
 
 ``--merge FILE ...`` runs nothing: it gathers the records of earlier documents (also of the runs side by side
-in ``scripts/dev/gpu_policy_grid.sh``'s grid.json) into one JSON document and PNG per backend in ``--out``.
+in ``scripts/dev/gpu_policy_grid.sh``'s grid.json, and the peer runs of ``bench_evogp_policies.py``, drawn
+dashed) into one JSON document and PNG per backend in ``--out``.
 """
 
 from __future__ import annotations
@@ -237,7 +238,7 @@ def plot(records: list[dict[str, Any]], tasks: list[str], backend: str, budget: 
             if pts:
                 # held until the process ends (validation and export come after the last generation)
                 xs, ys = [p["wall_s"] for p in pts] + [rec["wall_s"]], [p["best_so_far"] for p in pts]
-                ax.step(xs, ys + ys[-1:], where="post", color=color,
+                ax.step(xs, ys + ys[-1:], where="post", color=color, ls="--" if rec.get("peer") else "-",
                         label=f"{name}: best training return")
             if "eval" in rec:
                 ev = rec["eval"]
@@ -251,17 +252,33 @@ def plot(records: list[dict[str, Any]], tasks: list[str], backend: str, budget: 
         ax.set_ylabel("return")
         ax.grid(alpha=0.3)
         ax.set_xlim(left=0)
-        ax.legend(fontsize=7, loc="best")
     for ax in list(axes.flat)[len(tasks):]:
         ax.axis("off")
     fig.suptitle(f"gprl, {budget}; EvoGP: population 5,000, Brax generalized, "
                  f"1000-step episodes", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    for ax in list(axes.flat)[:len(tasks)]:  # after the layout: a long legend goes below its curves
+        if len(ax.get_legend_handles_labels()[1]) > 8:
+            ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.15))
+        else:
+            ax.legend(fontsize=7, loc="best")
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
 # ---------------------------------------------------------------- merging earlier documents
+def peer_document(doc: dict[str, Any]) -> dict[str, Any]:
+    """A peer's run (``bench_evogp_policies.py``'s document) as a document of one record of this script's."""
+    s = doc["settings"]
+    rec = {"task": doc["task"], "seed": s["seed"], "budget_s": s["budget_s"], "peer": doc["peer"],
+           "population_size": s["population"], "generations": doc["generations"], "curve": doc["curve"],
+           "best_train_return": doc["best_training_return"], "wall_s": doc["wall_s"],
+           "eval": {"simulator": "brax", "episode_length": s["episode_length"], **doc["eval"]},
+           "label": f"{doc['peer']} ({s['population']:,} trees), seed {s['seed']}, {s['budget_s']:g} s, "
+                    f"{doc['device']}"}
+    return {"backend": "brax", "machine": {"gpus": [doc["device"]]}, "overrides": [], "records": [rec]}
+
+
 def merge(paths: list[str], out: Path) -> dict[str, Any]:
     """One document and PNG per backend from the records of earlier documents (``grid.json:NAME,...``: those
     runs of a grid); each record keeps the machine it ran on and the document it came from."""
@@ -270,6 +287,8 @@ def merge(paths: list[str], out: Path) -> dict[str, Any]:
         path, _, pick = arg.partition(".json:")
         path = path + ".json" if pick else arg
         doc = json.loads(Path(path).read_text())
+        if "peer" in doc:  # a peer's run (bench_evogp_policies.py), drawn beside gprl's
+            doc = peer_document(doc)
         named = [(None, doc)] if "records" in doc else [(k, d) for k, d in doc.items() if "records" in d]
         if pick:
             wanted = set(pick.split(","))
@@ -284,8 +303,9 @@ def merge(paths: list[str], out: Path) -> dict[str, Any]:
     merged = {}
     for backend in sorted({d["backend"] for _, _, d in docs}):
         records = [{**r, "source": f"{path}:{name}" if name else path, "machine": d["machine"],
-                    "overrides": d["overrides"], "label": f"seed {r['seed']}, {r['budget_s']:g} s, "
-                                                          f"{(d['machine'].get('gpus') or ['CPU'])[0]}"}
+                    "overrides": d["overrides"],
+                    "label": r.get("label") or f"seed {r['seed']}, {r['budget_s']:g} s, "
+                                               f"{(d['machine'].get('gpus') or ['CPU'])[0]}"}
                    for path, name, d in docs if d["backend"] == backend for r in d["records"]]
         tasks = [t for t in TASKS if any(r["task"] == t for r in records)]
         png = out / f"bench_policies_{backend}.png"
@@ -405,4 +425,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 if __name__ == "__main__":
     result = main()
-    sys.exit(1 if any(r["returncode"] != 0 or "eval_error" in r for r in result["records"]) else 0)
+    sys.exit(1 if any(r.get("returncode", 0) != 0 or "eval_error" in r for r in result["records"]) else 0)
