@@ -1,16 +1,17 @@
 """The seed paper's engine, EvoGP, on a Brax control task within a wall-clock budget: the peer that
 ``bench_policies.py``'s runs are compared with at equal time on the same GPU; prints one JSON document.
 
-EvoGP (github.com/EMI-Group/evogp; not on PyPI: ``pip install --no-build-isolation <checkout>`` builds
-its CUDA extension with nvcc, and its problems import scikit-learn) evolves trees with the settings of its
+EvoGP (github.com/EMI-Group/evogp; not on PyPI: ``pip install --no-build-isolation <checkout>`` builds its
+CUDA extension with nvcc, and its problems import scikit-learn) evolves trees with the settings of its
 published Brax experiment (``experiment/generate_config.py`` at commit 2147aa5: ``+ - * /`` trees of up to 128
 nodes grown two layers deep, constants in [-5, 5], leaf-biased crossover, constant, point and insert
 mutations, tournaments of 20) at ``--population`` trees (Table VIII: 5,000), each playing one episode of up to
 1,000 steps from a fresh start a generation through its own ``BraxProblem`` (Brax's default pipeline,
-generalized; raw observations, tanh actions). The loop stops where one more generation as long as the last
-would end past ``--budget`` seconds of the process's wall clock (imports and JAX compilation included), then
-plays what EvoGP's pipeline keeps, the tree with the best single-episode training return, on ``--episodes``
-fresh full-length episodes of gprl's Brax adapter, from the seeds ``bench_policies.py``'s replay uses.
+generalized; raw observations, tanh actions; the swimmer with gprl's patch for JAX >= 0.10). The loop stops
+where one more generation as long as the last would end past ``--budget`` seconds of the process's wall clock
+(imports and JAX compilation included), then plays what EvoGP's pipeline keeps, the tree with the best
+single-episode training return, on ``--episodes`` fresh full-length episodes of gprl's Brax adapter, from the
+seeds ``bench_policies.py``'s replay uses.
 
     python scripts/bench_evogp_policies.py --task walker2d --budget 540 --out outputs/evogp_walker2d.json
 
@@ -66,11 +67,14 @@ def build(task: str, population: int, length: int, seed: int):
         raise SystemExit(f"EvoGP is not importable ({e}): install a checkout of github.com/EMI-Group/evogp "
                          "with `pip install --no-build-isolation <checkout>` (needs nvcc and scikit-learn)")
     import torch
+    from gprl.envs.brax_env import patch_brax_for_jax
 
     torch.manual_seed(seed)
     torch.cuda.manual_seed(seed)
     s = EVOGP_SETTINGS
     problem = BraxProblem(task, max_episode_length=length, seed=seed)
+    if task == "swimmer":  # Brax 0.14's fluid forces on JAX >= 0.10, as gprl's Brax adapter plays them
+        patch_brax_for_jax()
     descriptor = GenerateDescriptor(input_len=problem.problem_dim, output_len=problem.solution_dim,
                                     **s["descriptor"])
     algorithm = GeneticProgramming(
