@@ -16,8 +16,8 @@ seeds ``bench_policies.py``'s replay uses.
     python scripts/bench_evogp_policies.py --task walker2d --budget 540 --out outputs/evogp_walker2d.json
 
 The document: ``settings``, ``device``, ``curve`` (per generation: wall-clock, best and mean training return,
-best so far, mean tree size), ``eval`` (the episodes' returns, mean and standard deviation), the exported
-tree as EvoGP prints it and ``wall_s`` (the process's wall clock at the end).
+best so far, mean tree size), ``eval`` (the episodes' returns and lengths, mean and standard deviation), the
+exported tree as EvoGP prints it and ``wall_s`` (the process's wall clock at the end).
 """
 
 from __future__ import annotations
@@ -110,8 +110,9 @@ def evolve(pipeline, budget: float) -> list[dict[str, float]]:
     return curve
 
 
-def replay(tree, task: str, episodes: int, length: int, seed: int) -> list[float]:
-    """EvoGP's exported tree (tanh actions, raw observations) on fresh episodes of gprl's Brax adapter."""
+def replay(tree, task: str, episodes: int, length: int, seed: int) -> tuple[list[float], list[int]]:
+    """EvoGP's exported tree (tanh actions, raw observations) on fresh episodes of gprl's Brax adapter: the
+    episodes' returns and lengths in steps."""
     import gprl.envs as genvs
 
     env = genvs.make(task, backend="brax", num_envs=episodes, seed=seed, episode_length=length,
@@ -121,7 +122,8 @@ def replay(tree, task: str, episodes: int, length: int, seed: int) -> list[float
             return tree.forward(obs.reshape(-1, env.obs_dim).float().contiguous()).tanh().reshape(
                 1, episodes, env.act_dim)
 
-        return genvs.rollout(env, policy, 1, episodes, max_steps=length, seed=seed).returns[0].tolist()
+        res = genvs.rollout(env, policy, 1, episodes, max_steps=length, seed=seed)
+        return res.returns[0].tolist(), res.lengths[0].tolist()
     finally:
         env.close()
 
@@ -149,7 +151,8 @@ def main(argv: list[str] | None = None) -> dict:
     pipeline = build(args.task, args.population, args.episode_length, args.seed)
     curve = evolve(pipeline, args.budget)
     search_s = time.time() - START
-    returns = replay(pipeline.best_tree, args.task, args.episodes, args.episode_length, args.eval_seed)
+    returns, lengths = replay(pipeline.best_tree, args.task, args.episodes, args.episode_length,
+                              args.eval_seed)
     mean, std = mean_std(returns)
     doc = {
         "peer": "EvoGP", "task": args.task, "device": torch.cuda.get_device_name(),
@@ -157,8 +160,8 @@ def main(argv: list[str] | None = None) -> dict:
                      "budget_s": args.budget, **EVOGP_SETTINGS},
         "evogp_table_viii": EVOGP_TABLE_VIII[args.task], "generations": len(curve), "search_s": search_s,
         "best_training_return": float(pipeline.best_fitness), "exported_tree": str(pipeline.best_tree),
-        "eval": {"episodes": args.episodes, "seed": args.eval_seed, "returns": returns, "mean": mean,
-                 "std": std, "finite": all(math.isfinite(r) for r in returns)},
+        "eval": {"episodes": args.episodes, "seed": args.eval_seed, "returns": returns, "lengths": lengths,
+                 "mean": mean, "std": std, "finite": all(math.isfinite(r) for r in returns)},
         "curve": curve, "wall_s": time.time() - START,
     }
     text = json.dumps(doc, indent=1)

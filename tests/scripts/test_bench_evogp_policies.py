@@ -43,13 +43,14 @@ def test_replay_plays_the_episodes_gprl_replays():
     tree = Population.from_expressions([formulas], n_in=env.obs_dim)
     try:
         ours = evaluate_policies(tree, env, ActionMap.for_env(env, "tanh"), torch.zeros(env.obs_dim),
-                                 torch.ones(env.obs_dim), 3, 30, seed=peer.EVAL_SEED).episode_returns[0]
+                                 torch.ones(env.obs_dim), 3, 30, seed=peer.EVAL_SEED)
     finally:
         env.close()
-    returns = peer.replay(tree, "hopper", 3, 30, peer.EVAL_SEED)
+    returns, lengths = peer.replay(tree, "hopper", 3, 30, peer.EVAL_SEED)
     assert len(returns) == 3 and all(math.isfinite(r) for r in returns)
     assert len(set(returns)) == 3  # three different starts
-    assert returns == pytest.approx(ours.tolist(), rel=1e-6)
+    assert returns == pytest.approx(ours.episode_returns[0].tolist(), rel=1e-6)
+    assert all(1 <= n <= 30 for n in lengths) and sum(lengths) / 3 == pytest.approx(float(ours.lengths[0]))
 
 
 def test_arguments_and_a_machine_without_cuda(monkeypatch, capsys):
