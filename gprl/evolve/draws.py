@@ -48,6 +48,29 @@ class Draws:
         draw = self.index(generation)
         return draw if draw is not None and (generation + 1) % self.generations == 0 else None
 
+    def check_resume(self, run: Draws, generation: int) -> None:
+        """A resumed run's draws (``self``) against the run's own (``run``) at ``generation``, the next one to
+        evaluate: the count may change while the draws last, to no fewer than the draw under way, and a draw's
+        generations not at all (the generations played would belong to other draws)."""
+        if self == run or generation == 0:
+            return
+        under_way = run.index(generation)
+        if not run.screen:
+            why = "it has no draws"
+        elif under_way is None:
+            why = f"its draws ended at generation {run.screen}"
+        elif self.generations != run.generations and self.screen:
+            why = f"its draws are of {run.generations} generations"
+        elif self.count <= under_way:
+            why = f"draw {under_way + 1} is under way"
+        else:
+            return
+        raise ValueError(
+            f"gp.draws={self.count} gp.draw_generations={self.generations or None} on resume: the run is at "
+            f"generation {generation} and {why}. The draws can change only while they last, keeping "
+            "gp.draw_generations and at least the draw under way; resume with the run's "
+            f"gp.draws={run.count} gp.draw_generations={run.generations or None} or start a new run")
+
     def budget_note(self, first_draw_s: float, evolution_limit: float | None,
                     time_limit: float | None) -> str | None:
         """A line for a user whose time limit the draws will use up at the first draw's pace, else None.

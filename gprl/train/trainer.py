@@ -348,6 +348,9 @@ class Run:
             check_fingerprint(state["fingerprint"], self.fingerprint, run_dir)
             changes = check_config(state.get("config"), self.search_settings, run_dir,
                                    bool(cfg.get("resume_allow_changes")))
+            run_gp = (state.get("config") or {}).get("gp")
+            if run_gp is not None:  # more draws while they last; never a draw's generations moved
+                self.draws.check_resume(Draws.from_config(run_gp), int(state["generation"]))
         self.changes = changes
         with self.dist.agree("writing the run directory"):
             if self.main:

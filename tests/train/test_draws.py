@@ -65,6 +65,21 @@ def test_bad_draws_are_named(gp, words):
         Draws.from_config(gp)
 
 
+def test_a_resume_changes_the_draws_only_while_they_last():
+    run = Draws(5, 15)
+    for new, g in [(Draws(10, 15), 56), (Draws(4, 15), 56), (Draws(3, 10), 0), (run, 90), (Draws(), 14)]:
+        new.check_resume(run, g)  # more or fewer draws inside them, anything before generation 0, no change
+    for new, g, why in [(Draws(10, 15), 75, "its draws ended at generation 75"),
+                        (Draws(3, 15), 56, "draw 4 is under way"),
+                        (Draws(), 20, "draw 2 is under way"),
+                        (Draws(5, 10), 20, "its draws are of 15 generations")]:
+        with pytest.raises(ValueError, match=re.escape(why) + ".*resume with the run's gp.draws=5 "
+                                                          "gp.draw_generations=15"):
+            new.check_resume(run, g)
+    with pytest.raises(ValueError, match="it has no draws"):
+        Draws(2, 3).check_resume(Draws(), 4)
+
+
 def test_the_best_draw_goes_on_with_its_schedule_and_statistics_and_resumes(tmp_path):
     res = train(tmp_path, "full", *RUNS)
     assert "going on from the best of 3 draws of 2 generations" in res.stdout
@@ -108,3 +123,20 @@ def test_the_best_draw_goes_on_with_its_schedule_and_statistics_and_resumes(tmp_
     (after / "summary.json").unlink()
     train(tmp_path, "resumer2", *RUNS, f"resume={after}")
     assert metrics(after) == metrics(full)
+    # more draws: inside the draws two more are played before the best goes on; after them, refused
+    more = ["gp.draws=5", "gp.generations=12", "resume_allow_changes=true"]
+    grown = tmp_path / "grown"
+    shutil.copytree(full, grown)
+    for g in range(4, 9):
+        (grown / "checkpoints" / f"gen_{g:06d}.pt").unlink()
+    (grown / "summary.json").unlink()
+    res = train(tmp_path, "grower", *RUNS, *more, f"resume={grown}")
+    assert "gprl: draw " in res.stdout and " of 5 goes on" in res.stdout
+    grown_rows = metrics(grown)
+    assert grown_rows[:4] == metrics(full)[:4]
+    assert [r["draw"] for r in grown_rows[:10]] == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    assert [r["episode_length"] for r in grown_rows] == [30, 45] * 5 + [60, 60]
+    before = (after / "metrics.jsonl").read_text()
+    res = train(tmp_path, "refused", *RUNS, *more, f"resume={after}", check=False)
+    assert res.returncode != 0 and "its draws ended at generation 6" in res.stderr + res.stdout
+    assert (after / "metrics.jsonl").read_text() == before
