@@ -68,7 +68,8 @@ def test_bad_draws_are_named(gp, words):
 def test_a_resume_changes_the_draws_only_while_they_last():
     run = Draws(5, 15)
     for new, g in [(Draws(10, 15), 56), (Draws(4, 15), 56), (Draws(3, 10), 0), (run, 90), (Draws(), 14)]:
-        new.check_resume(run, g)  # more or fewer draws inside them, anything before generation 0, no change
+        # more or fewer draws inside them, anything at generation 0 (nothing played yet), no change
+        new.check_resume(run, g)
     for new, g, why in [(Draws(10, 15), 75, "its draws ended at generation 75"),
                         (Draws(3, 15), 56, "draw 4 is under way"),
                         (Draws(), 20, "draw 2 is under way"),
