@@ -43,6 +43,7 @@ from gprl.rl.policy import ActionMap
 
 REFINE_KEYS = ("share", "iterations", "pairs", "top", "sigma", "step", "keep", "target", "episodes")
 TARGETS = ("feedback", "constants")
+LOG_EVERY_S = 30.0  # a progress line at the first iteration, then at most one per this many seconds
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,7 @@ def refine(start: torch.Tensor, rows: int, settings: RefineSettings, seconds: fl
     scale = torch.ones_like(w) if scale is None else scale.double()
     history: list[dict[str, float]] = []
     begin, it = time.perf_counter(), 0
+    logged = -math.inf  # when the last progress line was written
     limit = settings.iterations or math.inf
     mask = torch.ones_like(w)
     n_in = w.shape[-1] - 1  # feedback: the weights' observations (the last column is the bias)
@@ -201,9 +203,11 @@ def refine(start: torch.Tensor, rows: int, settings: RefineSettings, seconds: fl
             w = w + settings.step / (top * sd) * (diff * delta[keep]).sum(0)
         it += 1
         history.append({"iteration": it, "mean_score": float(r[:2 * pairs].mean())})
-        if log is not None and (it == 1 or it % 25 == 0):
+        now = time.perf_counter()
+        if log is not None and now - logged >= LOG_EVERY_S:  # long iterations (full episodes) stay visible
+            logged = now
             log(f"refine: iteration {it}, perturbations' mean {history[-1]['mean_score']:.1f}, "
-                f"{time.perf_counter() - begin:.0f} s")
+                f"{now - begin:.0f} s")
     return Refinement(w, it, time.perf_counter() - begin, history)
 
 

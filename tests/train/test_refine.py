@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import gprl
+import gprl.rl.refine as refine_module
 from gprl import envs
 from gprl.core.encoding import CONST, KIND_MASK
 from gprl.rl.policy import ActionMap, evaluate_policies
@@ -81,6 +82,22 @@ def test_keep_tunes_the_largest_weights_per_action_after_half_the_iterations():
     assert (w[:, :8].count_nonzero(dim=1) <= 2).all()
     found = target[:, :8] != 0
     torch.testing.assert_close(w[:, :8][found], target[:, :8][found], atol=0.08, rtol=0)
+
+
+def test_progress_lines_come_by_the_clock_not_by_the_iteration_count(monkeypatch):
+    """Iterations of 20 s (full episodes): the first iteration writes a line, then one line per 30 s
+    (iterations 3, 5, 7), where a count of iterations would stay silent for minutes."""
+    clock = [0.0]
+    monkeypatch.setattr(refine_module.time, "perf_counter", lambda: clock[0])
+
+    def play(weights, iteration):
+        clock[0] += 20.0
+        return -(weights.double() ** 2).sum((1, 2))
+
+    lines: list[str] = []
+    refine(torch.zeros(2, 3), 8, RefineSettings(iterations=8, pairs=4), None, 0, play, log=lines.append)
+    assert [int(line.split()[2].rstrip(",")) for line in lines] == [1, 3, 5, 7]
+    assert lines[1].endswith(", 60 s")
 
 
 def test_with_constants_writes_each_copy_its_own_constants():
