@@ -18,6 +18,33 @@ from gprl.train.config import register
 register()  # typed schema: Hydra rejects wrong override types
 
 
+def _key(override: str) -> str:
+    return override.lstrip("+~").split("=", 1)[0]
+
+
+def _the_runs_own_overrides() -> None:
+    """``resume=<run dir>``: the run's own command-line overrides (its ``.hydra/overrides.yaml``) go first, so
+    ``python train.py resume=<dir>`` continues the run as it was started; an override given now wins over
+    the run's for the same key (search settings still need ``resume_allow_changes=true``)."""
+    args = sys.argv[1:]
+    dirs = [a.split("=", 1)[1] for a in args if _key(a) == "resume" and "=" in a]
+    saved = os.path.join(dirs[-1], ".hydra", "overrides.yaml") if dirs and dirs[-1] else ""
+    if not os.path.isfile(saved):
+        return  # not a resume, or a run started without Hydra's output folder: this command's own settings
+    from omegaconf import OmegaConf
+
+    given = {_key(a) for a in args if "=" in a and not a.startswith("-")}
+    own = [str(o) for o in OmegaConf.load(saved)
+           if _key(str(o)) not in given and not _key(str(o)).startswith("hydra.")]
+    if not own:
+        return
+    if os.environ.get("RANK", "0") in ("", "0"):
+        print(f"gprl: resume: the run's own settings {' '.join(own)}", flush=True)
+    # before this command's overrides (a nested key given now applies over a mapping of the run's)
+    first = next(i for i, a in enumerate(args) if "=" in a and not a.startswith("-"))
+    sys.argv[1:] = [*args[:first], *own, *args[first:]]
+
+
 def _no_output_for_other_ranks() -> None:
     """Under torchrun only rank 0 owns the run directory: the other ranks' Hydra writes nothing (no .hydra/,
     no log file) and its output folder is one shared empty scratch folder, so no rank leaves folders behind
@@ -48,5 +75,6 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    _the_runs_own_overrides()
     _no_output_for_other_ranks()
     main()

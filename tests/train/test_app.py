@@ -3,6 +3,7 @@ Hopper-v5, kill + resume bit-identical, offline W&B contents, bad input."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from tests.train.helpers import (
     kill_and_resume,
     metrics,
     replay,
+    run_train,
     train,
     wandb_records,
 )
@@ -107,6 +109,19 @@ def test_resume_of_another_task_fails_and_leaves_the_run(short_run, tmp_path):
                 "env.kwargs={exclude_current_positions_from_observation: false}", check=False)
     assert res.returncode != 0 and "obs_dim: run has 11, this configuration 12" in res.stderr
     assert digest(short_run) == before
+
+
+def test_resume_alone_continues_with_the_runs_own_settings(short_run, tmp_path):
+    """`resume=<dir>` without the run's overrides (tiny population, short episodes): they apply again, and one
+    given now (gp.generations) wins."""
+    run = tmp_path / "copy"
+    shutil.copytree(short_run, run)
+    res = run_train(tmp_path, "r", f"resume={run}", "gp.generations=3", "progress=false")
+    assert "gprl: resume: the run's own settings" in res.stdout and "gp.population_size=12" in res.stdout
+    assert "gp.generations=2" not in res.stdout
+    assert [r["generation"] for r in metrics(run)] == [0, 1, 2]
+    cfg = (run / "config_resume.yaml").read_text()
+    assert "population_size: 12" in cfg and "episode_length: 60" in cfg and "generations: 3" in cfg
 
 
 @pytest.mark.parametrize("override, message", [
