@@ -33,9 +33,12 @@ def _the_runs_own_overrides() -> None:
         return  # not a resume, or a run started without Hydra's output folder: this command's own settings
     from omegaconf import OmegaConf
 
-    given = {_key(a) for a in args if "=" in a and not a.startswith("-")}
-    own = [str(o) for o in OmegaConf.load(saved)
-           if _key(str(o)) not in given and not _key(str(o)).startswith("hydra.")]
+    given = {_key(a): a.split("=", 1)[1] for a in args if "=" in a and not a.startswith("-")}
+    saved_overrides = [str(o) for o in OmegaConf.load(saved)]
+    run_task = next((o.split("=", 1)[1] for o in reversed(saved_overrides) if _key(o) == "task"), "policy")
+    if given.get("task", run_task) != run_task:
+        return  # another task has other groups (env or dataset): the checkpoint's check names the mismatch
+    own = [o for o in saved_overrides if _key(o) not in given and not _key(o).startswith("hydra.")]
     if not own:
         return
     if os.environ.get("RANK", "0") in ("", "0"):
