@@ -27,13 +27,12 @@ def _the_runs_own_overrides() -> None:
     ``python train.py resume=<dir>`` continues the run as it was started; an override given now wins over
     the run's for the same key (search settings still need ``resume_allow_changes=true``)."""
     args = sys.argv[1:]
-    dirs = [a.split("=", 1)[1] for a in args if _key(a) == "resume" and "=" in a]
-    saved = os.path.join(dirs[-1], ".hydra", "overrides.yaml") if dirs and dirs[-1] else ""
-    if not os.path.isfile(saved):
+    given = {_key(a): a.split("=", 1)[1] for a in args if "=" in a and not a.startswith("-")}
+    saved = os.path.join(given.get("resume") or "", ".hydra", "overrides.yaml")
+    if not given.get("resume") or not os.path.isfile(saved):
         return  # not a resume, or a run started without Hydra's output folder: this command's own settings
     from omegaconf import OmegaConf
 
-    given = {_key(a): a.split("=", 1)[1] for a in args if "=" in a and not a.startswith("-")}
     saved_overrides = [str(o) for o in OmegaConf.load(saved)]
     run_task = next((o.split("=", 1)[1] for o in reversed(saved_overrides) if _key(o) == "task"), "policy")
     if given.get("task", run_task) != run_task:
