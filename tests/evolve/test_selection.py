@@ -124,3 +124,57 @@ def test_fused_tournament_equals_the_unfused_formulation(device):
         for seed in (0, 12345, 2**61 + 7):
             got = gprl.backend.ops.ops.tournament(loss, n, size, seed)
             assert torch.equal(got.cpu(), reference_tournament(loss, n, size, seed).cpu()), (P, n, size, seed)
+
+
+def clearing_reference(loss, behaviour, radius, capacity):
+    """Pétrowski's clearing written out: best first, each uncleared tree keeps `capacity - 1` neighbours."""
+    loss = [float("inf") if not np.isfinite(v) else float(v) for v in loss.tolist()]
+    rows = behaviour.tolist()
+    order = sorted(range(len(loss)), key=lambda i: (loss[i], i))
+    cleared = {i for i in order if loss[i] == float("inf")}
+    for n, i in enumerate(order):
+        if i in cleared:
+            continue
+        kept = 1
+        for j in order[n + 1:]:
+            rms = (sum((a - b) ** 2 for a, b in zip(rows[i], rows[j])) / len(rows[i])) ** 0.5
+            if j not in cleared and rms <= radius:
+                if kept < capacity:
+                    kept += 1
+                else:
+                    cleared.add(j)
+    finite = [v for v in loss if v < float("inf")]
+    shift = max(finite) - min(finite) + 1
+    return torch.tensor([v + shift if i in cleared else v for i, v in enumerate(loss)])
+
+
+def test_clearing_keeps_the_best_tree_of_each_niche():
+    behaviour = torch.tensor([[0.0, 0.0], [0.01, 0.0], [1.0, 1.0], [1.0, 1.01], [3.0, 0.0]])
+    loss = torch.tensor([3.0, 1.0, 2.0, 4.0, 9.0])
+    out = S.clearing(loss, behaviour, radius=0.1)
+    assert out.tolist() == [12.0, 1.0, 2.0, 13.0, 9.0]  # cleared: past the worst, in their own order
+    assert S.clearing(loss, behaviour, radius=0.1, capacity=2).tolist() == loss.tolist()
+    assert (S.clearing(loss, behaviour, radius=10.0) > 9).sum() == 4  # one niche: its best alone
+
+
+@pytest.mark.parametrize("capacity", [1, 3])
+def test_clearing_matches_the_written_out_rule(capacity):
+    g = torch.Generator().manual_seed(capacity)
+    centers = torch.randn(6, 5, generator=g)
+    behaviour = centers[torch.randint(0, 6, (80,), generator=g)] + 0.05 * torch.randn(80, 5, generator=g)
+    loss = torch.randn(80, generator=g)
+    loss[[3, 17]] = float("nan")
+    loss[40] = float("inf")
+    out = S.clearing(loss, behaviour, radius=0.08, capacity=capacity)
+    torch.testing.assert_close(out, clearing_reference(loss, behaviour, 0.08, capacity))
+    assert 6 <= (out == loss).sum() < 77  # some cleared, every niche kept
+
+
+def test_clearing_argument_errors():
+    loss, b = torch.zeros(3), torch.zeros(3, 2)
+    with pytest.raises(ValueError, match="behaviour must be"):
+        S.clearing(loss, torch.zeros(4, 2), 0.1)
+    with pytest.raises(ValueError, match="radius"):
+        S.clearing(loss, b, 0.0)
+    with pytest.raises(ValueError, match="capacity"):
+        S.clearing(loss, b, 0.1, capacity=0)
