@@ -9,7 +9,7 @@ import gprl
 from gprl import envs
 from gprl.rl.policy import evaluate_policies
 from gprl.train.tasks.policy import PolicyTask
-from tests.train.helpers import run_train, train
+from tests.train.helpers import assert_same_final_population, kill_and_resume, metrics, run_train, train
 
 pytest.importorskip("mujoco")
 
@@ -71,3 +71,12 @@ def test_a_policy_run_with_clearing_and_an_sr_run_refused(tmp_path):
     res = run_train(tmp_path, "sr", "task=sr", "dataset=koza_quartic", "gp.generations=1", "progress=false",
                     "gp.clearing_radius=0.3", check=False)
     assert res.returncode != 0 and "gp.clearing_radius compares policies' actions" in res.stderr
+
+
+def test_killed_and_resumed_run_with_clearing_is_bit_identical(tmp_path):
+    """A checkpoint holds a population about to be evaluated, whose rollouts give the states clearing
+    compares on: nothing of them needs saving."""
+    gens = ["gp.generations=5", "checkpoint_every=1", "wandb.mode=disabled", "gp.clearing_radius=0.3"]
+    full, resumed = kill_and_resume(tmp_path, train, gens, "gen_000002.pt")
+    assert metrics(full) == metrics(resumed)
+    assert_same_final_population(full, resumed, "gen_000005.pt")
