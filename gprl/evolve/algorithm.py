@@ -169,11 +169,10 @@ class GeneticProgramming:
         return S.lexicase(errors, n, epsilon=self.lexicase_epsilon, seed=seed)
 
     def step(self, population: Population, fitness: torch.Tensor,
-             errors: torch.Tensor | None = None, behaviour: torch.Tensor | None = None) -> Population:
+             errors: torch.Tensor | None = None) -> Population:
         """The next generation (``pop_size`` trees) from ``population`` and its ``fitness`` [P].
 
-        ``errors`` [P, n_cases] are per-case errors for lexicase selection (lower is better); ``behaviour``
-        [P, D] describes what each tree does, for clearing (``clearing_radius`` > 0; None: no clearing)."""
+        ``errors`` [P, n_cases] are per-case errors for lexicase selection (lower is better)."""
         if not isinstance(population, Population):
             raise TypeError(f"population must be a gprl.Population, got {type(population).__name__}")
         if (population.n_in, population.n_out, population.max_len) != (self.n_in, self.n_out, self.max_len):
@@ -202,8 +201,6 @@ class GeneticProgramming:
         pairs = self.es is not None and g != self.fresh_at and P == self.pop_size
         if pairs:  # they inform the strategy's step, not selection or elitism
             loss = self.es.hide_pairs(raw)
-        if self.config.clearing_radius and behaviour is not None:  # near copies of a better tree step aside
-            loss = S.clearing(loss, behaviour, self.config.clearing_radius, self.config.clearing_capacity)
         sel_loss = S.with_parsimony(loss, population.lengths(), self.parsimony) if self.parsimony else loss
         I, e = self.islands, self.elitism
         m = self.migrants if g > 0 and g % self.migration_interval == 0 else 0

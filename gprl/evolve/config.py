@@ -89,11 +89,6 @@ class GPConfig:
     """Share of the population given to the evolution strategy over the best trees' constants
     (``gprl.evolve.es``; 0: off): ``es_share * population_size // (2·es_pairs + 1)`` trees tuned per
     generation, each with ``2·es_pairs + 1`` rows at the end of the population (none: off)."""
-    clearing_radius: float = field(default=0.0, metadata=_schema(Optional[float]))  # noqa: UP045
-    """Clearing (``gprl.selection.clearing``; 0: off): trees whose behaviours (the task's, e.g. a policy's
-    actions on visited states) lie within this root mean square distance of a better tree's share its niche,
-    and only the niche's best ``clearing_capacity`` keep their place in selection and elitism."""
-    clearing_capacity: int = field(default=1, metadata=_schema(int))
     es_pairs: int = field(default=8, metadata=_schema(int))
     """Antithetic perturbations per tuned tree and generation."""
     es_sigma: float = field(default=0.05, metadata=_schema(float))
@@ -111,7 +106,7 @@ class GPConfig:
         P = integer("population_size", 1)
         integer("tournament_size", 1)
         for name, low in (("islands", 1), ("migration_interval", 1), ("migrants", 0), ("max_len", 1),
-                          ("es_pairs", 1), ("clearing_capacity", 1)):
+                          ("es_pairs", 1)):
             integer(name, low)
         if isinstance(self.elitism, bool) or not isinstance(self.elitism, (int, np.integer)) \
                 or not 0 <= self.elitism <= P:
@@ -127,9 +122,6 @@ class GPConfig:
             raise ValueError(f"es_share must be in [0, 1) (0: off), got {self.es_share!r}")
         if self.es_centers * (2 * self.es_pairs + 1) > P - self.elitism * self.islands:
             raise ValueError("es_share leaves no room for the elites; lower es_share or elitism")
-        if not (float(self.clearing_radius) >= 0 and np.isfinite(float(self.clearing_radius))):
-            raise ValueError(f"clearing_radius must be a finite number >= 0 (0: off), "
-                             f"got {self.clearing_radius!r}")
         for name in ("es_sigma", "es_step"):
             if not (float(getattr(self, name)) > 0 and np.isfinite(float(getattr(self, name)))):
                 raise ValueError(f"{name} must be a finite number > 0, got {getattr(self, name)!r}")
@@ -153,9 +145,8 @@ class GPConfig:
         F.function_weights(self.functions)  # names the unknown function, if any
         normal = {**{name: int(getattr(self, name)) for name in (
             "population_size", "max_len", "max_depth", "tournament_size", "elitism", "subtree_depth",
-            "islands", "migration_interval", "migrants", "es_pairs", "clearing_capacity")},
-                  **{name: float(getattr(self, name)) for name in ("es_share", "es_sigma", "es_step",
-                                                                    "clearing_radius")},
+            "islands", "migration_interval", "migrants", "es_pairs")},
+                  **{name: float(getattr(self, name)) for name in ("es_share", "es_sigma", "es_step")},
                   "init_depth": tuple(int(v) for v in d),
                   "const_range": tuple(float(c) for c in self.const_range),
                   "rates": rates, "functions": dict(self.functions) if isinstance(self.functions, Mapping)

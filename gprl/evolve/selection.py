@@ -10,7 +10,6 @@ the CPU and on CUDA. Every function returns int64 indices [n] into the populatio
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from gprl.backend.ops import ops
@@ -171,40 +170,3 @@ def lexicase(errors: torch.Tensor, n: int, *, epsilon: str | float | None = "mad
         score = torch.where(alive, u_pick[start:start + step], torch.full_like(ec, -1.0))
         out.append(score.argmax(dim=1))
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.long, device=e.device)
-
-
-def clearing(loss: torch.Tensor, behaviour: torch.Tensor, radius: float, capacity: int = 1) -> torch.Tensor:
-    """Clearing (Pétrowski 1996): the loss selection sees when niches share it.
-
-    Best first, each tree not yet cleared wins a niche: the trees within ``radius`` of it (root mean square
-    difference of their ``behaviour`` rows [P, D]) after its first ``capacity - 1`` others are cleared. A
-    cleared tree's loss is shifted past every other finite loss, so it ranks after all the winners (a
-    tournament of cleared trees alone still picks the best of them): one crowd of near copies cannot fill
-    the tournaments. One host loop over the winners (milliseconds for thousands of trees).
-    """
-    P = len(loss)
-    if behaviour.dim() != 2 or behaviour.shape[0] != P:
-        raise ValueError(f"behaviour must be [P={P}, D], got {tuple(behaviour.shape)}")
-    if not radius > 0:
-        raise ValueError(f"clearing radius must be > 0, got {radius!r}")
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-        raise ValueError(f"clearing capacity must be an integer >= 1, got {capacity!r}")
-    loss = loss_of(loss)  # NaN: the worst, never a niche's winner
-    order = torch.argsort(loss, stable=True)
-    b = behaviour[order].float()
-    # squared distances by one matrix product; rms <= radius  <=>  squared sum <= D * radius^2
-    sq = b.square().sum(1)
-    near = (sq[:, None] + sq[None, :] - 2 * b @ b.T <= b.shape[1] * radius**2 + 1e-6).cpu().numpy()
-    cleared = ~torch.isfinite(loss[order]).cpu().numpy()
-    for i in range(P):
-        if cleared[i]:
-            continue
-        others = np.flatnonzero(near[i, i + 1:] & ~cleared[i + 1:]) + i + 1
-        cleared[others[capacity - 1:]] = True
-    finite = loss[torch.isfinite(loss)]
-    if len(finite) == 0:
-        return loss
-    shift = torch.where(torch.from_numpy(cleared).to(loss.device), finite.max() - finite.min() + 1, 0.0)
-    out = loss.clone()
-    out[order] = loss[order] + shift
-    return out

@@ -154,22 +154,18 @@ class PolicyEvaluation:
     # [N, obs_dim] (float64), for ObsNormalizer.merge_envs (kept per environment so that shards reduce in
     # global order)
     obs_stats: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-    # with probe: observations of live episodes at random steps of random environments [k, obs_dim]
-    probe_states: torch.Tensor | None = None
 
 
 @torch.no_grad()
 def evaluate_policies(population: Population, env: VecEnv, action_map: ActionMap, mean: torch.Tensor,
                       std: torch.Tensor, episodes: int = 1, max_steps: int | None = None,
                       seed: int | None = None, stats: ObsNormalizer | None = None,
-                      collect_stats: bool = False, probe: int = 0) -> PolicyEvaluation:
+                      collect_stats: bool = False) -> PolicyEvaluation:
     """One batched rollout of ``len(population) * episodes`` environments.
 
     ``mean``/``std`` are ``[obs_dim]`` (shared) or ``[P, obs_dim]`` (per individual). With ``collect_stats``
     the observations of live episodes are summed per environment (``obs_stats``); ``stats`` also merges them
-    into that normaliser after the rollout (not during: frozen statistics). ``probe`` > 0 keeps that many
-    observations, each of a random environment at a random step (drawn from ``seed``), those of live
-    episodes in ``probe_states``.
+    into that normaliser after the rollout (not during: frozen statistics).
     """
     P = len(population)
     dev = env.device
@@ -181,22 +177,7 @@ def evaluate_policies(population: Population, env: VecEnv, action_map: ActionMap
            torch.zeros(N, env.obs_dim, dtype=torch.float64, device=dev),
            torch.zeros(N, env.obs_dim, dtype=torch.float64, device=dev))
 
-    horizon = env.episode_length if max_steps is None else int(max_steps)
-    g = torch.Generator().manual_seed(0 if seed is None else int(seed))
-    at_env = torch.randint(0, N, (probe,), generator=g).to(dev)
-    at_step = torch.randint(0, horizon, (probe,), generator=g)
-    kept = torch.zeros(probe, env.obs_dim, device=dev)
-    kept_live = torch.zeros(probe, dtype=torch.bool, device=dev)
-    steps = [0]
-
     def policy(obs: torch.Tensor) -> torch.Tensor:
-        if probe:
-            now = torch.nonzero(at_step == steps[0]).flatten()  # a host-side index: no device sync
-            if len(now):
-                now = now.to(dev)
-                kept[now] = obs.reshape(-1, env.obs_dim)[at_env[now]].float()
-                kept_live[now] = ~env.done[at_env[now]]
-            steps[0] += 1
         if collect:
             live = ~env.done  # ended episodes' observations are not used (they may even be NaN)
             flat = torch.where(live[:, None], obs.reshape(-1, env.obs_dim).to(torch.float64), 0.0)
@@ -210,4 +191,4 @@ def evaluate_policies(population: Population, env: VecEnv, action_map: ActionMap
     if stats is not None:
         stats.merge_envs(*acc)
     return PolicyEvaluation(res.mean_return, res.returns, res.mean_length, res.lengths.sum(), res.steps,
-                            acc if collect else None, kept[kept_live] if probe else None)
+                            acc if collect else None)

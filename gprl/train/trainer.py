@@ -295,9 +295,6 @@ class Run:
         if restarts is not None and (isinstance(restarts, bool) or not isinstance(restarts, int)
                                      or restarts < 1):
             raise ValueError(f"gp.restarts must be an integer >= 1 (1: no restart) or null, got {restarts!r}")
-        if gp_cfg.get("clearing_radius") and not uses_env(cfg):
-            raise ValueError("gp.clearing_radius compares policies' actions (task=policy); "
-                             f"task={cfg['task']['name']} has no behaviour to clear by: leave it null")
         self.draws = Draws.from_config(gp_cfg)
         self.every = int(cfg.get("checkpoint_every", 5))
         if self.every < 1:
@@ -491,10 +488,7 @@ class Run:
             population, fitness, fresh = self.end_draw(draw, population, fitness)
         with self.dist.agree("varying the population"):
             if self.main:
-                clears = gp.config.clearing_radius and not fresh
-                behaviour = self.task.behaviour(population) if clears else None
-                new = gp.restart(population, fitness) if fresh else gp.step(population, fitness,
-                                                                            behaviour=behaviour)
+                new = gp.restart(population, fitness) if fresh else gp.step(population, fitness)
         return self.share(new)
 
     def end_draw(self, draw: int, population: Population,

@@ -166,28 +166,3 @@ def test_archive_update_equals_the_unfused_reference(device):
         for got, expected in zip(dev.trees.tensors(), trees):
             assert torch.equal(got.cpu(), expected)
         archive.loss, archive.trees = want, gprl.Population(*trees, n_in=2, n_out=1)
-
-
-def test_clearing_selects_the_next_niche_in_place_of_a_near_copy():
-    """Truncation to the best two: trees 39 and 38 without clearing; 38 behaves as 39 does, so with clearing
-    the second parent is 37."""
-    pop = GeneticProgramming(n_in=2, pop_size=40, functions=["add", "mul"], seed=3).init()
-    fitness = torch.arange(40, dtype=torch.float32).flip(0)  # tree 39 has the lowest loss, then 38, 37
-    behaviour = torch.arange(40, dtype=torch.float32)[:, None].repeat(1, 3)
-    behaviour[38] = behaviour[39]
-
-    def key(tree):
-        return tuple(v for t in tree.tensors() for v in t.flatten().tolist())
-
-    def parents(**clearing):
-        gp = GeneticProgramming(n_in=2, pop_size=40, functions=["add", "mul"], elitism=0, rates={},
-                                selection="truncation", truncation_fraction=0.05, seed=3, **clearing)
-        children = gp.step(pop, fitness, behaviour=behaviour)
-        made = {key(children[i]) for i in range(40)}
-        return {i for i in range(40) if key(pop[i]) in made}
-
-    assert len({key(pop[i]) for i in (37, 38, 39)}) == 3
-    assert parents() == {38, 39}
-    assert parents(clearing_radius=0.5) == {37, 39}
-    with pytest.raises(ValueError, match="clearing_radius"):
-        GeneticProgramming(n_in=2, pop_size=40, clearing_radius=-1.0)

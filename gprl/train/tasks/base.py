@@ -50,10 +50,6 @@ class Task(abc.ABC):
         task's own budget); returns what to report (empty: nothing done)."""
         return {}
 
-    def behaviour(self, population: Population) -> torch.Tensor | None:
-        """What each tree does [P, D], for ``gp.clearing_radius`` (None: the task has no behaviour)."""
-        return None
-
     def draw_state(self) -> dict[str, Any]:
         """What a draw of ``gp.draws`` carries besides its population (e.g. its observation statistics)."""
         return {}

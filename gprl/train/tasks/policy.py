@@ -99,7 +99,7 @@ class PolicyTask(Task):
                  parsimony: float = 0.0, hall_of_fame: int = 8, validation_episodes: int | None = 10,
                  final_candidates: int = 0, digits: int = 4, dist: Dist | None = None,
                  refine: dict[str, Any] | None = None, validation_keep: float | None = None,
-                 draws: Draws | None = None, probe: int = 0):
+                 draws: Draws | None = None):
         name = env_cfg["name"]
         self.draws = draws or Draws()  # each draw of gp.draws plays its own episode schedule
         backend = env_cfg.get("backend", "auto")
@@ -168,9 +168,6 @@ class PolicyTask(Task):
         # best per generation: tree state, mean, std, fitness (the search's), return, generation
         self.hof: list[dict[str, Any]] = []
         self.last: dict[str, Any] | None = None  # the last generation's best trees, in one tree state
-        # gp.clearing_radius: states the generation visited (each rollout's `probe`), where trees' actions
-        # are compared
-        self.probe, self.probe_states = int(probe), None
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any], device: str | None, dist: Dist | None = None) -> PolicyTask:
@@ -183,7 +180,7 @@ class PolicyTask(Task):
                    validation_episodes=task.get("validation_episodes"),
                    final_candidates=int(task.get("final_candidates") or 0), digits=int(task.get("digits", 4)),
                    dist=dist, refine=task.get("refine"), validation_keep=task.get("validation_keep"),
-                   draws=Draws.from_config(gp), probe=64 if gp.get("clearing_radius") else 0)
+                   draws=Draws.from_config(gp))
 
     def fingerprint(self) -> dict[str, Any]:
         return {"task": "policy", "env": self.name, "obs_dim": self.n_in, "n_out": self.n_out,
@@ -203,8 +200,7 @@ class PolicyTask(Task):
         with dist.agree("evaluating the population"):
             ev = evaluate_policies(population[a:b], self.env, self.action_map, mean, std, E, short,
                                    seed=self._seed(generation, 7) + a * E,
-                                   collect_stats=self.normalizer.enabled, probe=self.probe)
-        self.probe_states = (ev.probe_states, mean, std) if self.probe else None
+                                   collect_stats=self.normalizer.enabled)
         if ev.obs_stats is not None:
             self.normalizer.merge_envs(*(dist.gather(x, P, "gathering observation statistics", per=E)
                                          for x in ev.obs_stats))
@@ -260,9 +256,7 @@ class PolicyTask(Task):
             mine = population[top[a:b].to(population.device)]
             ev = evaluate_policies(mine, self.final_env, self.action_map, mean, std, E, length,
                                    seed=self._seed(generation, 11) + a * E,
-                                   collect_stats=self.normalizer.enabled, probe=self.probe)
-        if self.probe:  # the finalists' later states too
-            self.probe_states = (torch.cat([self.probe_states[0], ev.probe_states]), mean, std)
+                                   collect_stats=self.normalizer.enabled)
         if ev.obs_stats is not None:
             self.normalizer.merge_envs(*(dist.gather(x, K, "gathering the finalists' observations", per=E)
                                          for x in ev.obs_stats))
@@ -270,21 +264,6 @@ class PolicyTask(Task):
         ret, score = ret.clone(), score.clone()
         ret[top], score[top] = final, self._score(final, ev, K, " finalists'")
         return ret, score, top, dist.sum(ev.env_steps, "adding up the finalists' env steps")
-
-    def behaviour(self, population: Population) -> torch.Tensor | None:
-        """Every tree's actions on the last generation's probe states [P, states * actions], in half action
-        ranges (discrete: the chosen action, one-hot); None before the first generation or without
-        ``gp.clearing_radius``."""
-        if self.probe_states is None or not len(self.probe_states[0]):
-            return None
-        states, mean, std = self.probe_states
-        y = population.forward(((states - mean) / std).to(population.device))
-        if self.action_map.transform == "argmax":
-            b = torch.nn.functional.one_hot(y.argmax(-1), y.shape[-1]).float()
-        else:
-            center, half = (t.to(y.device) for t in self.action_map.center_half)
-            b = (self.action_map(y) - center) / half
-        return b.reshape(len(population), -1)
 
     @staticmethod
     def _held(state: dict[str, Any], mean: torch.Tensor, held: list[dict[str, Any]]) -> bool:
