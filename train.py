@@ -18,6 +18,10 @@ from gprl.train.config import register
 register()  # typed schema: Hydra rejects wrong override types
 
 
+def _is_override(arg: str) -> bool:
+    return "=" in arg and not arg.startswith("-")
+
+
 def _key(override: str) -> str:
     return override.lstrip("+~").split("=", 1)[0]
 
@@ -27,9 +31,10 @@ def _the_runs_own_overrides() -> None:
     ``python train.py resume=<dir>`` continues the run as it was started; an override given now wins over
     the run's for the same key (search settings still need ``resume_allow_changes=true``)."""
     args = sys.argv[1:]
-    given = {_key(a): a.split("=", 1)[1] for a in args if "=" in a and not a.startswith("-")}
-    saved = os.path.join(given.get("resume") or "", ".hydra", "overrides.yaml")
-    if not given.get("resume") or not os.path.isfile(saved):
+    given = {_key(a): a.split("=", 1)[1] for a in args if _is_override(a)}
+    run = given.get("resume")
+    saved = os.path.join(run, ".hydra", "overrides.yaml") if run else ""
+    if not os.path.isfile(saved):
         return  # not a resume, or a run started without Hydra's output folder: this command's own settings
     from omegaconf import OmegaConf
 
@@ -43,7 +48,7 @@ def _the_runs_own_overrides() -> None:
     if os.environ.get("RANK", "0") in ("", "0"):
         print(f"gprl: resume: the run's own settings {' '.join(own)}", flush=True)
     # before this command's overrides (a nested key given now applies over a mapping of the run's)
-    first = next(i for i, a in enumerate(args) if "=" in a and not a.startswith("-"))
+    first = next(i for i, a in enumerate(args) if _is_override(a))
     sys.argv[1:] = [*args[:first], *own, *args[first:]]
 
 
