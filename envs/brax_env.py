@@ -16,6 +16,11 @@ There is no auto-reset wrapper, so an ended episode is never reset into its star
 the base class masks it (see :mod:`.base`). Observations returned by ``step`` are JAX's buffers: read them,
 never write into them.
 
+Ended episodes stop costing simulation (``compact=True``): a vmapped step costs the same for a fallen walker
+as for a live one, so every :data:`COMPACT_EVERY` steps, once the live episodes fit a smaller batch of
+:data:`COMPACT_FRACTIONS` of ``num_envs``, they go on alone in that batch (one compilation per size) and the
+ended ones keep their last observation. The step's inputs and outputs stay ``[num_envs, ...]``.
+
 Names: Brax's own environments (``brax.envs``; pick its physics with ``pipeline="generalized" | "positional" |
 "spring" | "mjx"``) and MuJoCo Playground's DM Control Suite tasks (``"CartpoleBalance"``, ``"CheetahRun"``,
 ..., run with MJX's JAX implementation), whose XMLs ship in the ``playground`` wheel.
@@ -23,8 +28,10 @@ Names: Brax's own environments (``brax.envs``; pick its physics with ``pipeline=
 
 from __future__ import annotations
 
+import concurrent.futures
 import inspect
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +46,13 @@ from .base import StepResult, VecEnv, canonical_device
 BRAX_PIPELINES = ("generalized", "positional", "spring", "mjx")
 # XLA's command buffers (CUDA graphs) for runs of consecutive kernels of any length, not only of 5 or more
 CUDA_GRAPH_OPTIONS = {"xla_gpu_graph_min_graph_size": 1}
+# compaction (module docstring): how often the live episodes are counted (a host sync; the rollout's own
+# check of its done flags comes at the same steps) and the batch sizes they may move to, as shares of num_envs
+COMPACT_EVERY = 32
+COMPACT_FRACTIONS = (3 / 4, 1 / 2, 1 / 4, 1 / 8)
+# the smallest batch worth a compilation of its own, by platform: on a GPU a step of 1,024 environments costs
+# little more than one of 32 (the kernels' launches dominate)
+COMPACT_MIN_ENVS = {"gpu": 1024, "cpu": 32}
 
 
 def _import_jax() -> Any:
@@ -211,12 +225,14 @@ class BraxEnv(VecEnv):
         episode_length: int | None = None,
         pipeline: str | None = None,
         cuda_graphs: bool = True,
+        compact: bool = True,
         **env_kwargs: Any,
     ) -> None:
         self._jax = jax = _import_jax()
         brax_envs = require("brax.envs", "brax")
-        if not isinstance(cuda_graphs, bool):
-            raise TypeError(f"cuda_graphs must be True or False, got {cuda_graphs!r}")
+        for arg, value in (("cuda_graphs", cuda_graphs), ("compact", compact)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{arg} must be True or False, got {value!r}")
         if device is None:
             device = "cuda" if jax_has_gpu() and torch.cuda.is_available() else "cpu"
         device = canonical_device(device)
@@ -280,7 +296,20 @@ class BraxEnv(VecEnv):
             action_low=low,
             action_high=high,
         )
-        self._fused_fn = self._make_fused_step(low.numpy(), high.numpy())
+        self._fused_fn, self._fused_rows_fn = self._make_fused_steps(low.numpy(), high.numpy())
+        # compaction: the smaller batch sizes, largest first (empty: off), the environment each row of a
+        # compacted state simulates (None: all of them, in order), and every environment's last observation
+        smallest = COMPACT_MIN_ENVS.get(self.jax_device.platform, COMPACT_MIN_ENVS["cpu"])
+        sizes = {int(num_envs * f) for f in COMPACT_FRACTIONS if num_envs * f >= smallest}
+        self.compact_sizes = sorted(sizes, reverse=True) if compact else []
+        self._rows: Any = None
+        self._obs_all: Any = None
+        with jax.default_device(self.jax_device):
+            self._compact_fn = jax.jit(self._compact, static_argnames="size")
+        # on a GPU the compacted steps compile in a thread once the first episodes end (the host mostly waits
+        # for the GPU there); elsewhere each compiles when first needed
+        self._compile_ahead = self.jax_device.platform == "gpu"
+        self._compiled_rows: dict[int, concurrent.futures.Future] = {}
         # the time-limit flag, on the device once (no per-step copy)
         with jax.default_device(self.jax_device):
             self._at_limit = {b: jax.device_put(np.bool_(b), self.jax_device) for b in (False, True)}
@@ -290,8 +319,9 @@ class BraxEnv(VecEnv):
     def _jit(self, fn: Any) -> Any:
         return self._jax.jit(fn, compiler_options=self.compiler_options)
 
-    def _make_fused_step(self, low: np.ndarray, high: np.ndarray) -> Any:
-        """``jit`` of action clipping + ``vmap(env.step)`` + the base class's masking, in one XLA program.
+    def _make_fused_steps(self, low: np.ndarray, high: np.ndarray) -> tuple[Any, Any]:
+        """``jit`` of action clipping + ``vmap(env.step)`` + the base class's masking, in one XLA program: for
+        the whole batch, and for a compacted one (its ``rows`` of the batch; ``num_envs`` marks padding).
 
         The same rules as :meth:`VecEnv.step` (NaN → 0, ±inf → the bounds, reward 0 and flags kept after the
         end, the time limit for episodes not terminated), so that a step is one dispatch and no torch ops.
@@ -301,34 +331,114 @@ class BraxEnv(VecEnv):
         step = jax.vmap(self.env.step)
         lo, hi = jnp.asarray(low, jnp.float32), jnp.asarray(high, jnp.float32)
 
-        def fused(state: Any, term: Any, trunc: Any, at_limit: Any, action: Any) -> tuple[Any, ...]:
+        def simulate(state: Any, was_done: Any, term: Any, action: Any) -> tuple[Any, Any, Any]:
             action = jnp.clip(jnp.nan_to_num(action.astype(jnp.float32), nan=0.0), lo, hi)
             state = _strongly_typed(jax, step(state, action))
-            was_done = term | trunc
             reward = jnp.where(was_done, jnp.float32(0), state.reward.astype(jnp.float32))
             # Brax's done is 1 - healthy (or NaN detection in Playground): the task's termination
-            term = term | ((state.done > 0.5) & ~was_done)
-            trunc = trunc | (at_limit & ~term)
+            return state, reward, term | ((state.done > 0.5) & ~was_done)
+
+        def pack(reward: Any, term: Any, trunc: Any) -> Any:
             # reward's bytes and both flags in one uint8 buffer: one DLPack export instead of three (each
             # costs host time, and a Brax step holds the host, so the adapter's host time adds to every step)
-            packed = jnp.concatenate([jax.lax.bitcast_convert_type(reward, jnp.uint8).reshape(-1),
-                                      term.astype(jnp.uint8), trunc.astype(jnp.uint8)])
-            return state, term, trunc, packed  # obs: state.obs itself (a second output would be a copy)
+            return jnp.concatenate([jax.lax.bitcast_convert_type(reward, jnp.uint8).reshape(-1),
+                                    term.astype(jnp.uint8), trunc.astype(jnp.uint8)])
+
+        def fused(state: Any, term: Any, trunc: Any, at_limit: Any, action: Any) -> tuple[Any, ...]:
+            state, reward, term = simulate(state, term | trunc, term, action)
+            trunc = trunc | (at_limit & ~term)
+            return state, term, trunc, pack(reward, term, trunc)  # obs: state.obs itself (no copy)
+
+        def fused_rows(state: Any, rows: Any, obs_all: Any, term: Any, trunc: Any, at_limit: Any,
+                       action: Any) -> tuple[Any, ...]:
+            # padding rows (index num_envs) simulate a copy of some state; what they give is dropped
+            ended = jnp.take(term | trunc, rows, mode="fill", fill_value=True)
+            state, reward, term_rows = simulate(state, ended,
+                                                jnp.take(term, rows, mode="fill", fill_value=True),
+                                                jnp.take(action, rows, axis=0, mode="clip"))
+            term = term.at[rows].set(term_rows, mode="drop")
+            trunc = trunc | (at_limit & ~term)
+            reward = jnp.zeros(term.shape, jnp.float32).at[rows].set(reward, mode="drop")
+            obs_all = obs_all.at[rows].set(state.obs, mode="drop")
+            return state, obs_all, term, trunc, pack(reward, term, trunc)
 
         with jax.default_device(self.jax_device):
-            return self._jit(fused)
+            return self._jit(fused), self._jit(fused_rows)
+
+    def _compact(self, state: Any, rows: Any, term: Any, trunc: Any, size: int) -> tuple[Any, Any]:
+        """The live rows of ``state`` as a state of ``size`` rows (in their order; padded with copies of the
+        last row, marked ``num_envs`` in the rows returned)."""
+        jnp = self._jax.numpy
+        live = ~jnp.take(term | trunc, rows, mode="fill", fill_value=True)
+        (keep,) = jnp.nonzero(live, size=size, fill_value=rows.shape[0])
+        state = self._jax.tree.map(lambda x: jnp.take(x, keep, axis=0, mode="clip"), state)
+        return state, jnp.take(rows, keep, mode="fill", fill_value=term.shape[0])
+
+    def _compile_rows_steps(self) -> None:
+        """Compiles the compacted step for every size of :attr:`compact_sizes`, largest first, one after the
+        other in a daemon thread (one XLA compilation at a time leaves the host's other cores to the run)."""
+        jax, state, n = self._jax, self._state, self.num_envs
+        on = jax.sharding.SingleDeviceSharding(self.jax_device)
+
+        def spec(shape: tuple[int, ...], dtype: Any, weak: bool = False) -> Any:
+            return jax.ShapeDtypeStruct(shape, dtype, sharding=on, weak_type=weak)
+
+        flags, limit = spec((n,), np.bool_), spec((), np.bool_)
+        obs, action = spec((n, self.obs_dim), state.obs.dtype), spec((n, self.act_dim), np.float32)
+        futures = {m: concurrent.futures.Future() for m in self.compact_sizes}
+
+        def compile_all() -> None:
+            for m, future in futures.items():
+                try:
+                    rows_state = jax.tree.map(lambda x, m=m: spec((m, *x.shape[1:]), x.dtype, x.weak_type),
+                                              state)
+                    future.set_result(self._fused_rows_fn.lower(rows_state, spec((m,), np.int32), obs, flags,
+                                                                flags, limit, action).compile())
+                except Exception as err:  # noqa: BLE001  (raised by the step that needs this size)
+                    future.set_exception(err)
+
+        self._compiled_rows = futures
+        threading.Thread(target=compile_all, name="gprl-brax-compile", daemon=True).start()
+
+    def _maybe_compact(self, term: Any, trunc: Any) -> None:
+        """Moves the live episodes to the smallest batch size of :attr:`compact_sizes` that holds them."""
+        size = self.batch_size
+        smaller = [m for m in self.compact_sizes if m < size]
+        if not smaller:
+            return
+        live = int((~self.done).sum())  # the one host sync, every COMPACT_EVERY steps
+        if live == 0:
+            return  # nothing left to simulate: the rollout ends here
+        if self._compile_ahead and not self._compiled_rows and live < size:
+            self._compile_rows_steps()
+        # a size still compiling ahead is not waited for: the batch goes on as it is meanwhile
+        ahead = self._compiled_rows
+        fits = [m for m in smaller if m >= live and (m not in ahead or ahead[m].done())]
+        if not fits:
+            return
+        jax = self._jax
+        with jax.default_device(self.jax_device):
+            if self._rows is None:
+                self._obs_all = self._state.obs
+                self._rows = jax.device_put(np.arange(self.num_envs, dtype=np.int32), self.jax_device)
+            self._state, self._rows = self._compact_fn(self._state, self._rows, term, trunc, size=fits[-1])
 
     def _begin_episodes(self) -> None:
         super()._begin_episodes()
         self._flags_jax = None  # made from the torch flags at the next fused step
+
+    @property
+    def batch_size(self) -> int:
+        """Environments the simulator steps now: ``num_envs``, or fewer once ended episodes were dropped."""
+        return self.num_envs if self._rows is None else int(self._rows.shape[0])
 
     def step(self, action: torch.Tensor) -> StepResult:
         """:meth:`VecEnv.step` fused into one jitted call:
         validation on the host, everything else on the device.
 
         Per step: one DLPack import (the action), one dispatch, two DLPack exports (the observation, and the
-        reward and flags packed in one buffer that torch views as float32 and bool); no torch kernels and no
-        host sync.
+        reward and flags packed in one buffer that torch views as float32 and bool); no torch kernels, and
+        no host sync but the count of live episodes every :data:`COMPACT_EVERY` steps where compaction is on.
         """
         self._check_reset_called()
         self._check_action_tensor(action)
@@ -342,9 +452,18 @@ class BraxEnv(VecEnv):
         else:
             term_j, trunc_j = flags[0], flags[1]
         at_limit = self._at_limit[self._t + 1 >= self.episode_length]
-        self._state, term_j, trunc_j, packed = self._fused_fn(
-            self._state, term_j, trunc_j, at_limit, self.to_jax(action)
-        )
+        if self._rows is None:
+            self._state, term_j, trunc_j, packed = self._fused_fn(
+                self._state, term_j, trunc_j, at_limit, self.to_jax(action)
+            )
+            obs = self._state.obs
+        else:
+            ahead = self._compiled_rows.get(self.batch_size)
+            self._state, self._obs_all, term_j, trunc_j, packed = (
+                self._fused_rows_fn if ahead is None else ahead.result())(
+                self._state, self._rows, self._obs_all, term_j, trunc_j, at_limit, self.to_jax(action)
+            )
+            obs = self._obs_all
         self._t += 1
         stream = self._torch_stream()
         n = self.num_envs
@@ -352,7 +471,10 @@ class BraxEnv(VecEnv):
         reward = buf[: 4 * n].view(torch.float32)
         self._terminated, self._truncated = buf[4 * n : 5 * n].view(torch.bool), buf[5 * n :].view(torch.bool)
         self._flags_jax = (term_j, trunc_j, self._terminated, self._truncated)
-        return self.to_torch(self._state.obs, stream), reward, self._terminated, self._truncated
+        obs = self.to_torch(obs, stream)
+        if self.compact_sizes and self._t % COMPACT_EVERY == 0:
+            self._maybe_compact(term_j, trunc_j)
+        return obs, reward, self._terminated, self._truncated
 
     # --- DLPack in both directions, no copies
     def _torch_stream(self) -> int | None:
@@ -394,9 +516,13 @@ class BraxEnv(VecEnv):
             keys = self._split_fn(self._keys)  # [N, 2, key]: the next stream and this reset's key
             self._keys = keys[:, 0]
             self._state = self._reset_fn(keys[:, 1])
+            self._rows = self._obs_all = None  # every environment simulated again
         return self._outputs()[0]
 
     def _step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
+        if self._rows is not None:
+            raise RuntimeError("the simulator-only step (VecEnv.step) cannot go on from a compacted batch; "
+                               "call reset() first, or make the environment with compact=False")
         self._state = self._step_fn(self._state, self.to_jax(action))
         obs, reward, done = self._outputs()
         # Brax's done is 1 - healthy (or NaN detection in Playground): the task's termination

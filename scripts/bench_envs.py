@@ -5,10 +5,11 @@ Prints JSON: one line per record as it is measured, then everything with the mac
 
 What is counted: **live environment-steps**, i.e. steps of environments whose episode had not ended when they
 were stepped. Our adapters keep an ended episode ended (masked) until ``reset()``, so their ended environments
-count nothing (native MuJoCo does not step them at all; Brax and Genesis step them, masked). Gymnasium's
-vector env resets an ended sub-environment on its next step (NEXT_STEP autoreset) and then runs a new episode:
-the reset step counts nothing, the new episode's steps count as live, since they are real steps of a running
-episode. Throughput = live env-steps / wall time of the step loop (resets are not timed).
+count nothing (native MuJoCo does not step them at all; Brax steps them, masked, until the live ones fit a
+smaller batch; Genesis steps them, masked). Gymnasium's vector env resets an ended sub-environment on its next
+step (NEXT_STEP autoreset) and then runs a new episode: the reset step counts nothing, the new episode's steps
+count as live, since they are real steps of a running episode. Throughput = live env-steps / wall time of the
+step loop (resets are not timed).
 
 The workload of a record: ``reset(seed)``, then at most ``--steps`` steps with uniform random actions within
 the bounds (× ``--action-scale``; a bank of 16 action batches, cycled) until every episode has ended. An

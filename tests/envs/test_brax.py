@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import inspect
 
 import numpy as np
@@ -90,6 +91,67 @@ def test_fused_step_equals_the_base_class_step() -> None:
     assert env.done.all() and env._terminated[:-1].any() and env._truncated[-1]
     # every jitted function compiled once: the state after reset has the step's types and placement
     assert env._reset_fn._cache_size() == env._fused_fn._cache_size() == env._step_fn._cache_size() == 1
+
+
+def test_ended_episodes_leave_the_simulated_batch() -> None:
+    """compact=True (the default) goes on with the live episodes alone once they fit a smaller batch, and
+    gives what compact=False gives: the same flags, the rewards and live observations to float32 rounding
+    (XLA may round a smaller batch differently), and ended episodes keep their last observation."""
+    n, horizon = 128, 300
+    gain = torch.linspace(0, 1.5, n)[:, None]  # a feedback of increasing gain: the episodes end one by one
+
+    def run(compact: bool, ahead: str = "") -> tuple[list[tuple[torch.Tensor, ...]], list[int], VecEnv]:
+        env = genvs.make("inverted_pendulum", backend="brax", num_envs=n, device="cpu", compact=compact,
+                         episode_length=horizon)
+        obs, out, sizes = env.reset(seed=1), [], []
+        if ahead:  # what a GPU does: every size compiled in a thread, used once it is ready
+            env._compile_ahead = True
+            if ahead == "ready":
+                env._compile_rows_steps()
+                [future.result() for future in env._compiled_rows.values()]
+            else:
+                env._compiled_rows = {m: concurrent.futures.Future() for m in env.compact_sizes}
+        for t in range(horizon):
+            wobble = 0.02 * torch.sin(0.1 * t * torch.arange(n))[:, None]
+            action = gain * (3 * obs[:, 1:2] + 0.3 * obs[:, 3:4]) + wobble
+            out.append(tuple(x.clone() for x in env.step(action)))
+            obs, sizes = out[-1][0], sizes + [env.batch_size]
+        return out, sizes, env
+
+    (dropped, sizes, env), (full, full_sizes, _) = run(True), run(False)
+    assert env.compact_sizes == [96, 64, 32]  # 16 is below COMPACT_MIN_ENVS["cpu"]
+    assert set(full_sizes) == {n} and sizes[0] == n and {96, 64} <= set(sizes)
+    assert sizes == sorted(sizes, reverse=True)
+    assert env._fused_rows_fn._cache_size() == len(set(sizes) - {n})  # one compilation per size
+    frozen: dict[int, torch.Tensor] = {}  # ended episodes left out of the batch: their observation stays
+    for t, ((obs, r, te, tr), (obs_f, r_f, te_f, tr_f)) in enumerate(zip(dropped, full, strict=True)):
+        assert torch.equal(te, te_f) and torch.equal(tr, tr_f)
+        torch.testing.assert_close(r, r_f, rtol=1e-5, atol=1e-5)
+        live = ~(te | tr)
+        torch.testing.assert_close(obs[live], obs_f[live], rtol=1e-5, atol=1e-5)
+        for i, last in frozen.items():
+            torch.testing.assert_close(obs[i], last, rtol=0, atol=0, equal_nan=True)
+        if t and sizes[t] < sizes[t - 1]:  # compacted after this step: the ended ones are out from the next
+            frozen.update({i: dropped[t + 1][0][i] for i in torch.nonzero(~live).flatten().tolist()})
+    assert 0 < len(frozen) < n and env.done.all()
+    # the same programs compiled ahead give the same bits; sizes still compiling are not waited for
+    for ahead, expected, expected_sizes in (("ready", dropped, sizes), ("pending", full, full_sizes)):
+        out, ahead_sizes, ahead_env = run(True, ahead)
+        assert ahead_sizes == expected_sizes and ahead_env._fused_rows_fn._cache_size() == 0
+        for x, y in zip(out, expected, strict=True):
+            for a, b in zip(x, y, strict=True):
+                torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    with pytest.raises(RuntimeError, match="compacted"):
+        VecEnv.step(env, torch.zeros(n, 1))
+    assert env.reset(seed=1).shape == (n, 4) and env.batch_size == n
+    a = genvs.rollout(env, lambda o: gain.view(n, 1, 1) * 3 * o[..., 1:2], n, max_steps=horizon, seed=4)
+    env_full = genvs.make("inverted_pendulum", backend="brax", num_envs=n, device="cpu", compact=False,
+                          episode_length=horizon)
+    b = genvs.rollout(env_full, lambda o: gain.view(n, 1, 1) * 3 * o[..., 1:2], n, max_steps=horizon, seed=4)
+    assert torch.equal(a.lengths, b.lengths) and a.steps == b.steps
+    torch.testing.assert_close(a.returns, b.returns)
+    with pytest.raises(TypeError, match="compact"):
+        genvs.make("inverted_pendulum", backend="brax", num_envs=2, device="cpu", compact=1)
 
 
 def test_dlpack_shares_storage_on_cpu(pendulum: genvs.VecEnv) -> None:
