@@ -304,14 +304,13 @@ class BraxEnv(VecEnv):
         self.compact_sizes = sorted(sizes, reverse=True) if compact else []
         self._rows: Any = None
         self._obs_all: Any = None
-        with jax.default_device(self.jax_device):
-            self._compact_fn = jax.jit(self._compact, static_argnames="size")
         # on a GPU the compacted steps compile in a thread once the first episodes end (the host mostly waits
         # for the GPU there); elsewhere each compiles when first needed
         self._compile_ahead = self.jax_device.platform == "gpu"
         self._compiled_rows: dict[int, concurrent.futures.Future] = {}
-        # the time-limit flag, on the device once (no per-step copy)
         with jax.default_device(self.jax_device):
+            self._compact_fn = jax.jit(self._compact, static_argnames="size")
+            # the time-limit flag, on the device once (no per-step copy)
             self._at_limit = {b: jax.device_put(np.bool_(b), self.jax_device) for b in (False, True)}
         # (terminated, truncated) as JAX arrays and the torch views of them made from them at the last step
         self._flags_jax: tuple[Any, Any, torch.Tensor, torch.Tensor] | None = None
