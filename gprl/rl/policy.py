@@ -15,7 +15,6 @@ mean/std, so their returns are comparable) and updated from that generation's ob
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -157,27 +156,6 @@ class PolicyEvaluation:
     obs_stats: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
 
-def recording_live_obs(policy: Callable[[torch.Tensor], torch.Tensor], env: VecEnv
-                       ) -> tuple[Callable[[torch.Tensor], torch.Tensor], tuple[torch.Tensor, ...]]:
-    """``policy`` that also sums, per environment, the observations of the live episodes it is shown (ended
-    episodes' are not used: they may even be NaN): count ``[N]``, sum and sum of squares ``[N, obs_dim]``
-    (float64, on ``env.device``), as :meth:`ObsNormalizer.merge_envs` takes them."""
-    n, d, dev = env.num_envs, env.obs_dim, env.device
-    acc = (torch.zeros(n, dtype=torch.float64, device=dev),
-           torch.zeros(n, d, dtype=torch.float64, device=dev),
-           torch.zeros(n, d, dtype=torch.float64, device=dev))
-
-    def recording(obs: torch.Tensor) -> torch.Tensor:
-        live = ~env.done
-        flat = torch.where(live[:, None], obs.reshape(-1, d).to(torch.float64), 0.0)
-        acc[0].add_(live.to(torch.float64))
-        acc[1].add_(flat)
-        acc[2].add_(flat * flat)
-        return policy(obs)
-
-    return recording, acc
-
-
 @torch.no_grad()
 def evaluate_policies(population: Population, env: VecEnv, action_map: ActionMap, mean: torch.Tensor,
                       std: torch.Tensor, episodes: int = 1, max_steps: int | None = None,
@@ -194,13 +172,21 @@ def evaluate_policies(population: Population, env: VecEnv, action_map: ActionMap
     mean = mean.to(dev).reshape(-1, 1, env.obs_dim) if mean.dim() == 2 else mean.to(dev)
     std = std.to(dev).reshape(-1, 1, env.obs_dim) if std.dim() == 2 else std.to(dev)
     collect = collect_stats or stats is not None
+    N = env.num_envs
+    acc = (torch.zeros(N, dtype=torch.float64, device=dev),
+           torch.zeros(N, env.obs_dim, dtype=torch.float64, device=dev),
+           torch.zeros(N, env.obs_dim, dtype=torch.float64, device=dev))
 
     def policy(obs: torch.Tensor) -> torch.Tensor:
+        if collect:
+            live = ~env.done  # ended episodes' observations are not used (they may even be NaN)
+            flat = torch.where(live[:, None], obs.reshape(-1, env.obs_dim).to(torch.float64), 0.0)
+            acc[0].add_(live.to(torch.float64))
+            acc[1].add_(flat)
+            acc[2].add_(flat * flat)
         # no finiteness scan of the observations: it would wait for the GPU at every step
         return action_map(population.forward((obs - mean) / std, check_finite=False))
 
-    if collect:
-        policy, acc = recording_live_obs(policy, env)
     res = rollout(env, policy, P, episodes, max_steps=max_steps, seed=seed)
     if stats is not None:
         stats.merge_envs(*acc)

@@ -19,9 +19,6 @@ directions whose better member scored highest,
 
 With ``keep = k`` the feedback search prunes halfway: each action's ``k`` largest weights (normalised
 observations, so comparable) go on being tuned, the others are zeroed, and the folded formulas stay short.
-With ``normalize`` the feedback sees the observations normalised by the running statistics of the
-refinement's own episodes (ARS V2's states normalisation; the tree keeps its frozen one): the states of the
-refined gait, not of the evolution's population; :func:`to_tree_units` rewrites the weights for the fold.
 
 Evolution finds a gait's structure in few nodes; tuning its numbers on many initial states at once is what
 makes it hold from all of them, which single-episode selection of trees rarely finds. :func:`fold` writes
@@ -44,8 +41,7 @@ from gprl.core.population import Population
 from gprl.evolve.constants import constant_slots, with_values
 from gprl.rl.policy import ActionMap
 
-REFINE_KEYS = ("share", "iterations", "pairs", "top", "sigma", "step", "keep", "target", "episodes",
-               "normalize")
+REFINE_KEYS = ("share", "iterations", "pairs", "top", "sigma", "step", "keep", "target", "episodes")
 TARGETS = ("feedback", "constants")
 LOG_EVERY_S = 30.0  # a progress line at the first iteration, then at most one per this many seconds
 
@@ -57,8 +53,7 @@ class RefineSettings:
     (a cap, or the budget without a share), ``pairs`` of perturbations per iteration (null: half the training
     batch, whose environments are then reused), the ``top`` pairs that step, ``sigma``, ``step``, ``keep``
     (weights per action tuned after half the refinement; null: every observation's), the ``target`` tuned
-    (``feedback`` or ``constants``), the ``episodes`` each perturbation plays (their mean scores it) and
-    ``normalize`` (the feedback on the refinement's own running observation statistics)."""
+    (``feedback`` or ``constants``) and the ``episodes`` each perturbation plays (their mean scores it)."""
 
     share: float = 0.0
     iterations: int | None = None
@@ -69,7 +64,6 @@ class RefineSettings:
     keep: int | None = None  # null: every observation's weight
     target: str = "feedback"
     episodes: int = 1
-    normalize: bool = False
 
     @classmethod
     def from_config(cls, refine: dict[str, Any] | bool | None) -> RefineSettings | None:
@@ -99,11 +93,6 @@ class RefineSettings:
                 raise ValueError(f"task.refine.{name} must be a positive number, got {v!r}")
         if s.pairs is not None and s.top is not None and s.top > s.pairs:
             raise ValueError(f"task.refine.top ({s.top}) must be at most task.refine.pairs ({s.pairs})")
-        if not isinstance(s.normalize, bool):
-            raise TypeError(f"task.refine.normalize must be true or false, got {s.normalize!r}")
-        if s.normalize and s.target != "feedback":
-            raise ValueError("task.refine.normalize normalises the feedback's observations: it applies to "
-                             "target=feedback only")
         if s.keep is not None and s.target != "feedback":
             raise ValueError("task.refine.keep prunes feedback weights: it applies to target=feedback only")
         if s.episodes > 1 and s.pairs is None:
@@ -123,12 +112,9 @@ class Refinement:
 
 
 def linear_policy(tree: Population, weights: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
-                  action_map: ActionMap, feedback_norm: tuple[torch.Tensor, torch.Tensor] | None = None
-                  ) -> Callable[[torch.Tensor], torch.Tensor]:
+                  action_map: ActionMap) -> Callable[[torch.Tensor], torch.Tensor]:
     """The rollout policy of ``tree`` plus row ``k``'s linear term for environments ``[k, :]`` (``weights``
-    [K, n_out, n_in + 1] on the environment's device; observations [K, E, n_in]). The tree sees
-    ``(obs - mean) / std``, the linear term the same or, with ``feedback_norm = (m, s)``,
-    ``(obs - m) / s``."""
+    [K, n_out, n_in + 1] on the environment's device; observations [K, E, n_in])."""
     n_in, n_out = tree.n_in, tree.n_out
     # laid out once: one batched matmul a step instead of an einsum over slices
     w_t, bias = weights[:, :, :n_in].transpose(1, 2).contiguous(), weights[:, None, :, n_in].contiguous()
@@ -136,21 +122,9 @@ def linear_policy(tree: Population, weights: torch.Tensor, mean: torch.Tensor, s
     def policy(obs: torch.Tensor) -> torch.Tensor:
         x = (obs - mean) / std
         y = tree.forward(x.reshape(-1, n_in), check_finite=False).reshape(len(weights), -1, n_out)
-        xf = x if feedback_norm is None else (obs - feedback_norm[0]) / feedback_norm[1]
-        return action_map(torch.baddbmm(bias, xf, w_t).add_(y))
+        return action_map(torch.baddbmm(bias, x, w_t).add_(y))
 
     return policy
-
-
-def to_tree_units(weights: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, feedback_mean: torch.Tensor,
-                  feedback_std: torch.Tensor) -> torch.Tensor:
-    """The feedback ``[n_out, n_in + 1]`` on ``(obs - m) / s`` (``feedback_mean``, ``feedback_std``) as the
-    same linear map of the tree's ``x = (obs - mean) / std``, which :func:`fold` takes:
-    ``W' = W·std/s``, ``b' = b + W·(mean - m)/s``."""
-    w = weights.double()
-    n_in = w.shape[1] - 1
-    mean, std, m, s = (t.double().cpu().reshape(n_in) for t in (mean, std, feedback_mean, feedback_std))
-    return torch.cat([w[:, :n_in] * (std / s), (w[:, n_in] + w[:, :n_in] @ ((mean - m) / s))[:, None]], 1)
 
 
 def constants_of(tree: Population) -> torch.Tensor:

@@ -17,7 +17,6 @@ from gprl.rl.refine import (
     fold,
     linear_policy,
     refine,
-    to_tree_units,
     tree_numbers,
     with_constants,
     with_numbers,
@@ -37,22 +36,6 @@ def test_fold_computes_the_tree_plus_the_linear_term():
         torch.testing.assert_close(folded.forward(x)[0], expected, rtol=1e-4, atol=1e-4)
 
 
-def test_feedback_on_its_own_normalisation_folds_into_the_trees_units():
-    """The linear term on ``(obs - m) / s`` rewritten on the tree's ``(obs - mean) / std``: the folded tree
-    drives the actions the rollout policy drove."""
-    gen = torch.Generator().manual_seed(3)
-    tree = gprl.Population.random(1, 5, 3, max_len=32, seed=4)
-    w = torch.randn(3, 6, generator=gen, dtype=torch.float64)
-    mean, std = torch.randn(5, generator=gen), torch.rand(5, generator=gen) + 0.5
-    m, s = torch.randn(5, generator=gen), torch.rand(5, generator=gen) + 0.5
-    obs = 2 * torch.randn(1, 400, 5, generator=gen)
-    amap = ActionMap("none")
-    driven = linear_policy(tree, w[None].float(), mean, std, amap, (m, s))(obs)[0]
-    folded = fold(tree, to_tree_units(w, mean, std, m, s)).forward((obs[0] - mean) / std)[0]
-    torch.testing.assert_close(folded, driven, rtol=1e-4, atol=1e-4)
-    assert not torch.allclose(driven, linear_policy(tree, w[None].float(), mean, std, amap)(obs)[0], atol=0.1)
-
-
 @pytest.mark.parametrize("refine_cfg, match", [
     ({"share": 1.0}, "share must be in"),
     ({"share": 0.3, "pairs": 0}, "pairs must be a positive integer"),
@@ -65,7 +48,6 @@ def test_feedback_on_its_own_normalisation_folds_into_the_trees_units():
     ({"share": 0.3, "target": "constants", "keep": 4}, "applies to target=feedback only"),
     ({"share": 0.3, "episodes": 0}, "episodes must be a positive integer"),
     ({"share": 0.3, "pairs": None, "episodes": 4}, "needs task.refine.pairs"),
-    ({"share": 0.3, "target": "constants", "normalize": True}, "normalize .* target=feedback only"),
 ])
 def test_settings_name_the_bad_entry(refine_cfg, match):
     with pytest.raises(ValueError, match=match):
@@ -75,8 +57,6 @@ def test_settings_name_the_bad_entry(refine_cfg, match):
 def test_settings_must_be_a_mapping():
     with pytest.raises(TypeError, match="must be a mapping"):
         RefineSettings.from_config("yes")
-    with pytest.raises(TypeError, match="normalize must be true or false"):
-        RefineSettings.from_config({"share": 0.3, "normalize": "yes"})
 
 
 def test_settings_off():
@@ -217,13 +197,12 @@ def test_refinement_learns_to_balance_the_pendulum(pendulum, target):
         assert tuned(done.params).lengths().item() == tree.lengths().item()  # the same formula
 
 
-@pytest.mark.parametrize("target, normalize", [("feedback", False), ("feedback", True), ("constants", False)])
-def test_the_task_validates_the_refined_tree_and_exports_the_best(tmp_path, target, normalize):
+@pytest.mark.parametrize("target", ["feedback", "constants"])
+def test_the_task_validates_the_refined_tree_and_exports_the_best(tmp_path, target):
     length = 40
     cfg = {"name": "hopper", "backend": "mujoco", "episode_length": length, "kwargs": {"nthread": 1}}
     task = PolicyTask(cfg, pop_size=16, seed=3, device="cpu", validation_episodes=3,
-                      refine={"iterations": 3, "pairs": 4, "target": target, "episodes": 2,
-                              "normalize": normalize})
+                      refine={"iterations": 3, "pairs": 4, "target": target, "episodes": 2})
     try:
         assert task.refine_share == 0.0
         pop = gprl.Population.random(16, task.n_in, task.n_out, max_len=32, seed=5)

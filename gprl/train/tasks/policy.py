@@ -14,16 +14,8 @@ from gprl.core.population import Population
 from gprl.core.seeds import mix_seed
 from gprl.evolve.draws import Draws
 from gprl.rl.export import export_policy
-from gprl.rl.policy import ActionMap, ObsNormalizer, PolicyEvaluation, evaluate_policies, recording_live_obs
-from gprl.rl.refine import (
-    RefineSettings,
-    fold,
-    linear_policy,
-    refine,
-    to_tree_units,
-    tree_numbers,
-    with_numbers,
-)
+from gprl.rl.policy import ActionMap, ObsNormalizer, PolicyEvaluation, evaluate_policies
+from gprl.rl.refine import RefineSettings, fold, linear_policy, refine, tree_numbers, with_numbers
 from gprl.train.checkpoint import population_from_state, population_state
 from gprl.train.distributed import Dist
 from gprl.train.tasks.base import Task
@@ -410,10 +402,6 @@ class PolicyTask(Task):
                                                device=self.device, seed=self.seed,
                                                episode_length=self.final_length, **self.train_kwargs)
         first = self._seed(0x5EED, 2)
-        # normalize: the feedback's running statistics of the refinement's episodes (the tree's until the
-        # first iteration's are in)
-        seen = ObsNormalizer(self.n_in, self.device) if settings.normalize else None
-        feedback_norm = [mean, std]
 
         def play(params: torch.Tensor, iteration: int) -> torch.Tensor:
             seed = (first + 7919 * iteration) % (2**31 - 1 - n * per) + a  # environment k: seed + k
@@ -425,17 +413,9 @@ class PolicyTask(Task):
                                            seed=seed)
                     ret, lengths = ev.returns, ev.lengths  # means over the E episodes, [samples]
                 else:
-                    policy = linear_policy(tree, mine, mean, std, self.action_map,
-                                           None if seen is None else tuple(feedback_norm))
-                    if seen is not None:
-                        policy, acc = recording_live_obs(policy, env)
+                    policy = linear_policy(tree, mine, mean, std, self.action_map)
                     res = envs.rollout(env, policy, len(mine), E, seed=seed)
                     ret, lengths = res.mean_return, res.mean_length
-            if seen is not None:
-                seen.merge_envs(*(dist.gather(x, n, "gathering the refinement's observations", per=per)
-                                  for x in acc))
-                seen.freeze()
-                feedback_norm[:] = seen.mean, seen.std
             score = ret - shift * lengths if shift else ret
             return dist.gather(score, n, "gathering the refinement's returns", per=per // E)
 
@@ -451,9 +431,7 @@ class PolicyTask(Task):
             refined, m, sd = with_numbers(tree.to("cpu"), done.params[None])
             mean, std = m[0].to(h["mean"]), sd[0].to(h["std"])
         else:
-            weights = done.params if seen is None else to_tree_units(done.params, h["mean"], h["std"],
-                                                                      *feedback_norm)
-            refined, mean, std = fold(tree.to("cpu"), weights), h["mean"], h["std"]
+            refined, mean, std = fold(tree.to("cpu"), done.params), h["mean"], h["std"]
         last = [row["mean_score"] for row in done.history[-5:]]
         found = {"tree": population_state(refined), "mean": mean, "std": std,
                  "fitness": float(np.mean(last)) if last else math.nan,
