@@ -1,0 +1,49 @@
+"""Where a Brax Swimmer policy's return goes: plays the formulas of policy.txt files (as
+``replay_policy_txt.py`` does) on fresh JAX-CPU episodes of the generalized pipeline and splits
+it into the stroke's own speed (the mean reward of the last 800 steps' whole strokes, times 1000: what 1000
+steps at that speed return) and what the start from rest costs against it.
+``python swimmer_gait_profile.py EPISODES policy.txt...`` prints a JSON line per file."""
+
+import json
+import sys
+
+import numpy as np
+import sympy as sp
+from gprl.envs.brax_env import patch_brax_for_jax
+from replay_policy_txt import LOCALS, MODULES, SYMS
+
+patch_brax_for_jax()
+import jax  # after the patch
+import jax.numpy as jnp
+from brax import envs
+
+TAIL = 800  # steps: whole strokes within them, the start from rest long past
+
+
+def profile(path: str, episodes: int, env) -> dict:
+    with open(path) as f:
+        lines = [line.split(" = ", 1) for line in f.read().splitlines() if line.startswith("a")]
+    fs = [sp.lambdify([SYMS], sp.sympify(text, locals=LOCALS), modules=MODULES) for _, text in sorted(lines)]
+
+    def rollout(key):
+        def body(s, _):
+            a = jnp.stack([jnp.asarray(f(list(s.obs)), jnp.float32) * jnp.ones(()) for f in fs])
+            s = env.step(s, jnp.clip(a, -1, 1))
+            return s, s.reward
+        _, out = jax.lax.scan(body, env.reset(key), None, length=1000)
+        return out
+
+    keys = jax.random.split(jax.random.PRNGKey(7), episodes)
+    r = np.asarray(jax.jit(jax.vmap(rollout))(keys))  # [episodes, 1000]
+    x = r.mean(0)[-TAIL:] - r.mean(0)[-TAIL:].mean()  # the speed surges once a stroke
+    period = 20 + int(np.argmax([x[:-lag] @ x[lag:] for lag in range(20, 80)]))
+    stroke = 1000 * float(r[:, -period * (TAIL // period):].mean())  # whole strokes: no phase bias
+    return {"policy": path, "episodes": episodes, "return": round(float(r.sum(1).mean()), 2),
+            "stroke_steps": period, "stroke_x1000": round(stroke, 2),
+            "start_cost": round(stroke - float(r.sum(1).mean()), 2)}
+
+
+if __name__ == "__main__":
+    swimmer = envs.get_environment("swimmer", backend="generalized")
+    for p in sys.argv[2:]:
+        print(json.dumps(profile(p, int(sys.argv[1]), swimmer)), flush=True)
