@@ -22,16 +22,25 @@ LOCALS = {**dict(zip(NAMES, SYMS)), "gt": F.gt, "Min": sp.Min, "Max": sp.Max, "t
 MODULES = [{"gt": lambda a, b: jnp.where(a > b, 1.0, -1.0), "Min": jnp.minimum, "Max": jnp.maximum}, "jax"]
 
 
-def returns(path: str, episodes: int, env) -> np.ndarray:
+def policy(path: str):
+    """``act(obs) -> action`` from a policy.txt's formulas, one a line (``a<k> = ...``), in JAX."""
     with open(path) as f:
         lines = [line.split(" = ", 1) for line in f.read().splitlines() if line.startswith("a")]
     fs = [sp.lambdify([SYMS], sp.sympify(text, locals=LOCALS), modules=MODULES) for _, text in sorted(lines)]
 
+    def act(obs):
+        return jnp.clip(jnp.stack([jnp.asarray(f(list(obs)), jnp.float32) * jnp.ones(()) for f in fs]), -1, 1)
+
+    return act
+
+
+def returns(path: str, episodes: int, env) -> np.ndarray:
+    act = policy(path)
+
     def rollout(key):
         def body(carry, _):
             s, r = carry
-            a = jnp.stack([jnp.asarray(f(list(s.obs)), jnp.float32) * jnp.ones(()) for f in fs])
-            s = env.step(s, jnp.clip(a, -1, 1))
+            s = env.step(s, act(s.obs))
             return (s, r + s.reward), None
 
         (_, r), _ = jax.lax.scan(body, (env.reset(key), 0.0), None, length=1000)

@@ -8,27 +8,22 @@ import json
 import sys
 
 import numpy as np
-import sympy as sp
 from gprl.envs.brax_env import patch_brax_for_jax
-from replay_policy_txt import LOCALS, MODULES, SYMS
+from replay_policy_txt import policy
 
 patch_brax_for_jax()
 import jax  # after the patch
-import jax.numpy as jnp
 from brax import envs
 
 TAIL = 800  # steps: whole strokes within them, the start from rest long past
 
 
 def profile(path: str, episodes: int, env) -> dict:
-    with open(path) as f:
-        lines = [line.split(" = ", 1) for line in f.read().splitlines() if line.startswith("a")]
-    fs = [sp.lambdify([SYMS], sp.sympify(text, locals=LOCALS), modules=MODULES) for _, text in sorted(lines)]
+    act = policy(path)
 
     def rollout(key):
         def body(s, _):
-            a = jnp.stack([jnp.asarray(f(list(s.obs)), jnp.float32) * jnp.ones(()) for f in fs])
-            s = env.step(s, jnp.clip(a, -1, 1))
+            s = env.step(s, act(s.obs))
             return s, s.reward
         _, out = jax.lax.scan(body, env.reset(key), None, length=1000)
         return out
@@ -38,9 +33,9 @@ def profile(path: str, episodes: int, env) -> dict:
     x = r.mean(0)[-TAIL:] - r.mean(0)[-TAIL:].mean()  # the speed surges once a stroke
     period = 20 + int(np.argmax([x[:-lag] @ x[lag:] for lag in range(20, 80)]))
     stroke = 1000 * float(r[:, -period * (TAIL // period):].mean())  # whole strokes: no phase bias
-    return {"policy": path, "episodes": episodes, "return": round(float(r.sum(1).mean()), 2),
-            "stroke_steps": period, "stroke_x1000": round(stroke, 2),
-            "start_cost": round(stroke - float(r.sum(1).mean()), 2)}
+    ret = float(r.sum(1).mean())
+    return {"policy": path, "episodes": episodes, "return": round(ret, 2), "stroke_steps": period,
+            "stroke_x1000": round(stroke, 2), "start_cost": round(stroke - ret, 2)}
 
 
 if __name__ == "__main__":
