@@ -22,11 +22,15 @@ LOCALS = {**dict(zip(NAMES, SYMS)), "gt": F.gt, "Min": sp.Min, "Max": sp.Max, "t
 MODULES = [{"gt": lambda a, b: jnp.where(a > b, 1.0, -1.0), "Min": jnp.minimum, "Max": jnp.maximum}, "jax"]
 
 
-def policy(path: str):
-    """``act(obs) -> action`` from a policy.txt's formulas, one a line (``a<k> = ...``), in JAX."""
+def policy(path: str, names: list[str] = NAMES):
+    """``act(obs) -> action`` from a policy.txt's formulas, one a line (``a<k> = ...``), in JAX, over the
+    observations ``names`` (Swimmer's unless given)."""
+    syms = sp.symbols(names)
+    local = {**LOCALS, **dict(zip(names, syms))}
     with open(path) as f:
         lines = [line.split(" = ", 1) for line in f.read().splitlines() if line.startswith("a")]
-    fs = [sp.lambdify([SYMS], sp.sympify(text, locals=LOCALS), modules=MODULES) for _, text in sorted(lines)]
+    lines.sort(key=lambda kv: int(kv[0][1:]))  # a10 after a9
+    fs = [sp.lambdify([syms], sp.sympify(text, locals=local), modules=MODULES) for _, text in lines]
 
     def act(obs):
         return jnp.clip(jnp.stack([jnp.asarray(f(list(obs)), jnp.float32) * jnp.ones(()) for f in fs]), -1, 1)
