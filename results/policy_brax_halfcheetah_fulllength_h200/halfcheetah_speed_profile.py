@@ -8,10 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "policy_brax_swimmer_refine_constants"))
-from replay_policy_txt import envs, jax, policy  # Brax and JAX as it patched them
+from replay_policy_txt import envs, policy, rewards  # Brax as it patched it for JAX
 
 NAMES = ["rootz", "rooty", "bthigh", "bshin", "bfoot", "fthigh", "fshin", "ffoot", "rootx_vel", "rootz_vel",
          "rooty_vel", "bthigh_vel", "bshin_vel", "bfoot_vel", "fthigh_vel", "fshin_vel", "ffoot_vel"]
@@ -20,16 +18,7 @@ PREFIXES = [100, 250, 520]
 
 
 def profile(path: str, episodes: int, env) -> dict:
-    act = policy(path, NAMES)
-
-    def rollout(key):
-        def body(s, _):
-            s = env.step(s, act(s.obs))
-            return s, s.reward
-        return jax.lax.scan(body, env.reset(key), None, length=1000)[1]
-
-    keys = jax.random.split(jax.random.PRNGKey(20261202), episodes)
-    r = np.asarray(jax.jit(jax.vmap(rollout))(keys), np.float64)  # [episodes, 1000]
+    r = rewards(policy(path, NAMES), episodes, env, 20261202)  # [episodes, 1000]
     return {"policy": path, "episodes": episodes, "return": round(float(r.sum(1).mean()), 1),
             "reward_per_step": {f"{a}-{b}": round(float(r[:, a:b].mean()), 2) for a, b in WINDOWS},
             "return_of_first": {str(n): round(float(r[:, :n].sum(1).mean()), 1) for n in PREFIXES}}

@@ -38,21 +38,20 @@ def policy(path: str, names: list[str] = NAMES):
     return act
 
 
-def returns(path: str, episodes: int, env) -> np.ndarray:
-    act = policy(path)
-
+def rewards(act, episodes: int, env, seed: int) -> np.ndarray:
+    """Every step's reward [episodes, 1000] of ``act`` on fresh episodes from ``PRNGKey(seed)``."""
     def rollout(key):
-        def body(carry, _):
-            s, r = carry
+        def body(s, _):
             s = env.step(s, act(s.obs))
-            return (s, r + s.reward), None
+            return s, s.reward
+        return jax.lax.scan(body, env.reset(key), None, length=1000)[1]
 
-        (_, r), _ = jax.lax.scan(body, (env.reset(key), 0.0), None, length=1000)
-        return r
+    keys = jax.random.split(jax.random.PRNGKey(seed), episodes)
+    return np.asarray(jax.jit(jax.vmap(rollout))(keys), np.float64)
 
-    keys = jax.random.split(jax.random.PRNGKey(20261128), episodes)
-    return np.asarray(jax.jit(jax.vmap(rollout))(keys))
 
+def returns(path: str, episodes: int, env) -> np.ndarray:
+    return rewards(policy(path), episodes, env, 20261128).sum(1)
 
 if __name__ == "__main__":
     swimmer = envs.get_environment("swimmer", backend="generalized")

@@ -8,28 +8,13 @@ import json
 import sys
 
 import numpy as np
-from gprl.envs.brax_env import patch_brax_for_jax
-from replay_policy_txt import policy
-
-patch_brax_for_jax()
-import jax  # after the patch
-from brax import envs
+from replay_policy_txt import envs, policy, rewards  # Brax as it patched it for JAX
 
 TAIL = 800  # steps: whole strokes within them, the start from rest long past
 
 
 def profile(path: str, episodes: int, env) -> dict:
-    act = policy(path)
-
-    def rollout(key):
-        def body(s, _):
-            s = env.step(s, act(s.obs))
-            return s, s.reward
-        _, out = jax.lax.scan(body, env.reset(key), None, length=1000)
-        return out
-
-    keys = jax.random.split(jax.random.PRNGKey(7), episodes)
-    r = np.asarray(jax.jit(jax.vmap(rollout))(keys))  # [episodes, 1000]
+    r = rewards(policy(path), episodes, env, 7)  # [episodes, 1000]
     x = r.mean(0)[-TAIL:] - r.mean(0)[-TAIL:].mean()  # the speed surges once a stroke
     period = 20 + int(np.argmax([x[:-lag] @ x[lag:] for lag in range(20, 80)]))
     stroke = 1000 * float(r[:, -period * (TAIL // period):].mean())  # whole strokes: no phase bias
