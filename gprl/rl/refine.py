@@ -188,7 +188,8 @@ def refine(start: torch.Tensor, rows: int, settings: RefineSettings, seconds: fl
                                                     and time.perf_counter() - begin >= seconds / 2)):
             pruned = True  # halfway: the `keep` largest weights per action go on, the others stay 0
             mask[:, :n_in] = 0.0
-            mask.scatter_(1, w[:, :n_in].abs().topk(settings.keep, dim=1).indices, 1.0)
+            # in units of each observation's spread (1 / scale) where the observations are raw
+            mask.scatter_(1, (w[:, :n_in] / scale[..., :n_in]).abs().topk(settings.keep, dim=1).indices, 1.0)
             w = w * mask
         delta = torch.randn(pairs, *w.shape, generator=gen, dtype=torch.float64) * mask * scale
         cand = torch.cat([w + settings.sigma * delta, w - settings.sigma * delta,
@@ -209,6 +210,13 @@ def refine(start: torch.Tensor, rows: int, settings: RefineSettings, seconds: fl
             log(f"refine: iteration {it}, perturbations' mean {history[-1]['mean_score']:.1f}, "
                 f"{now - begin:.0f} s")
     return Refinement(w, it, time.perf_counter() - begin, history)
+
+
+def feedback_scale(spread: torch.Tensor) -> torch.Tensor:
+    """The feedback's perturbation scale ``[1, n_in + 1]`` for a tree on raw observations: each weight in
+    units of ``1 / spread`` of its observation (what a unit weight on normalised observations is), the
+    bias in 1."""
+    return torch.cat([1.0 / spread.double().clamp(min=1e-6), torch.ones(1, dtype=torch.float64)])[None]
 
 
 def fold(tree: Population, weights: torch.Tensor) -> Population:

@@ -15,7 +15,8 @@ from gprl.core.seeds import mix_seed
 from gprl.evolve.draws import Draws
 from gprl.rl.export import export_policy
 from gprl.rl.policy import ActionMap, ObsNormalizer, PolicyEvaluation, evaluate_policies
-from gprl.rl.refine import RefineSettings, fold, linear_policy, refine, tree_numbers, with_numbers
+from gprl.rl.refine import (RefineSettings, feedback_scale, fold, linear_policy, refine, tree_numbers,
+                             with_numbers)
 from gprl.train.checkpoint import population_from_state, population_state
 from gprl.train.distributed import Dist
 from gprl.train.tasks.base import Task
@@ -420,6 +421,11 @@ class PolicyTask(Task):
             return dist.gather(score, n, "gathering the refinement's returns", per=per // E)
 
         try:
+            if not constants and not self.normalizer.enabled:
+                # raw observations: each weight moves in units of 1 / its observation's spread under the
+                # tree, as it would on normalised observations (velocities and angles differ tenfold)
+                scale = feedback_scale(self._spread(tree, env, mean, std, n, per, (a, b),
+                                                    self._seed(0x5EED, 4)))
             done = refine(start, n * per // E, settings, seconds, first, play,
                           agree=lambda go: dist.broadcast_object(go, "agreeing to go on refining"),
                           log=(lambda line: print(f"gprl: {line}", flush=True)) if dist.is_main else None,
@@ -443,6 +449,21 @@ class PolicyTask(Task):
         return {"refine_iterations": done.iterations, "refine_s": round(done.seconds, 1), **tuned,
                 "refined_validation_return": new[0]["validation_return"],
                 "unrefined_validation_return": rows[best]["validation_return"]}
+
+    def _spread(self, tree: Population, env: envs.VecEnv, mean: torch.Tensor, std: torch.Tensor, n: int,
+                per: int, bounds: tuple[int, int], seed: int) -> torch.Tensor:
+        """The standard deviation of the live observations of ``tree`` over one batch of ``env``'s episodes
+        (``n`` items of ``per`` environments, this rank's ``bounds``), ``[n_in]`` on the CPU."""
+        a, b = bounds
+        stats = ObsNormalizer(self.n_in, self.device)
+        with self.dist.agree("measuring the observations' spread"):
+            ev = evaluate_policies(tree[torch.zeros(b - a, dtype=torch.long, device=tree.device)], env,
+                                   self.action_map, mean, std, 1, self.final_length, seed=seed + a,
+                                   collect_stats=True)
+        stats.merge_envs(*(self.dist.gather(x, n * per, "gathering the observations' spread")
+                           for x in ev.obs_stats))
+        stats.freeze()
+        return stats.std.cpu()
 
     def finish(self, population: Population, fitness: torch.Tensor | None, out_dir: str) -> dict[str, Any]:
         if not self.hof:
