@@ -15,8 +15,15 @@ from gprl.core.seeds import mix_seed
 from gprl.evolve.draws import Draws
 from gprl.rl.export import export_policy
 from gprl.rl.policy import ActionMap, ObsNormalizer, PolicyEvaluation, evaluate_policies
-from gprl.rl.refine import (RefineSettings, feedback_scale, fold, linear_policy, refine, tree_numbers,
-                             with_numbers)
+from gprl.rl.refine import (
+    RefineSettings,
+    feedback_scale,
+    fold,
+    linear_policy,
+    refine,
+    tree_numbers,
+    with_numbers,
+)
 from gprl.train.checkpoint import population_from_state, population_state
 from gprl.train.distributed import Dist
 from gprl.train.tasks.base import Task
