@@ -1,0 +1,123 @@
+"""How much the refinement (``gprl.rl.refine``) adds to given Brax HalfCheetah policies: each policy.txt's
+formulas (raw observation units, tanh actions) become one tree; it plays 2 * ``--pairs`` fresh 1000-step
+episodes of the generalized pipeline, then each ``--targets`` entry (target:sigma, stepping by sigma) tunes it
+for ``--seconds`` (``pairs`` antithetic perturbations of one episode each, the best ``top`` stepping) and the
+result plays the same fresh episodes. ``python refine_probe.py [--seconds S] [--targets feedback:0.01
+constants:0.02] policy.txt...`` prints a JSON line per policy and target. The feedback perturbs each
+observation's weight in units of 1 / its spread on those episodes (the tree plays raw observations), as a tree
+on normalised observations would."""
+
+import argparse
+import json
+import math
+import time
+
+import sympy as sp
+import torch
+
+from gprl import envs
+from gprl.core.population import Population
+from gprl.rl.policy import ActionMap, evaluate_policies
+from gprl.rl.refine import (
+    RefineSettings,
+    feedback_scale,
+    fold,
+    linear_policy,
+    refine,
+    tree_numbers,
+    with_numbers,
+)
+
+NAMES = ["rootz", "rooty", "bthigh", "bshin", "bfoot", "fthigh", "fshin", "ffoot", "rootx_vel", "rootz_vel",
+         "rooty_vel", "bthigh_vel", "bshin_vel", "bfoot_vel", "fthigh_vel", "fshin_vel", "ffoot_vel"]
+VALIDATION_SEED = 20261202
+
+
+def tree_of(path: str) -> Population:
+    """The formulas' arguments of tanh as one tree over x0..x16; a constant action c becomes atanh(c)
+    (±1, which tanh reaches only past the 4 printed digits, becomes ±5: the constants' range)."""
+    syms = sp.symbols(NAMES)
+    xs = sp.symbols([f"x{i}" for i in range(len(NAMES))])
+    outs = []
+    with open(path) as f:
+        lines = sorted((line.split(" = ", 1) for line in f.read().splitlines() if line.startswith("a")),
+                       key=lambda kv: int(kv[0][1:]))
+    for _, text in lines:
+        e = sp.sympify(text, locals=dict(zip(NAMES, syms)))
+        if e.func == sp.tanh:
+            e = e.args[0]
+        elif e.is_number:
+            v = float(e)
+            e = sp.Float(math.copysign(5.0, v) if abs(v) >= 0.9999 else math.atanh(v))
+        else:
+            raise ValueError(f"{path}: expected tanh(...) or a constant, got {text}")
+        outs.append(e.subs(dict(zip(syms, xs))))
+    return Population.from_expressions([outs], n_in=len(NAMES))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("policies", nargs="+")
+    ap.add_argument("--seconds", type=float, default=80.0)
+    ap.add_argument("--targets", nargs="+", default=["feedback:0.01", "constants:0.02"],
+                    help="TARGET:SIGMA, each stepping by its sigma")
+    ap.add_argument("--pairs", type=int, default=128)
+    ap.add_argument("--top", type=int, default=64)
+    args = ap.parse_args()
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    n = 2 * args.pairs  # one batch of environments: the perturbations' and the validation's
+    env = envs.make("halfcheetah", backend="brax", num_envs=n, device=dev, episode_length=1000,
+                    pipeline="generalized")
+    amap = ActionMap.for_env(env, "tanh")
+    zero, one = torch.zeros(env.obs_dim, device=dev), torch.ones(env.obs_dim, device=dev)
+
+    def validate(tree: Population, mean: torch.Tensor, std: torch.Tensor
+                 ) -> tuple[float, float, torch.Tensor]:
+        ev = evaluate_policies(tree.to(dev), env, amap, mean.to(dev), std.to(dev), n, 1000,
+                               seed=VALIDATION_SEED, collect_stats=True)
+        r = ev.episode_returns[0].double().cpu()
+        count, total, total_sq = (x.sum(0).cpu() for x in ev.obs_stats)
+        spread = (total_sq / count - (total / count) ** 2).clamp(min=1e-8).sqrt()
+        return float(r.mean()), float(r.std() / math.sqrt(len(r))), spread
+
+    for path in args.policies:
+        tree = tree_of(path).to(dev)
+        t0 = time.perf_counter()
+        before, se, spread = validate(tree, zero, one)
+        print(json.dumps({"policy": path, "target": None, "validation": round(before, 1), "se": round(se, 1),
+                          "episodes": n, "s": round(time.perf_counter() - t0, 1)}), flush=True)
+        for spec in args.targets:
+            target, sigma = spec.split(":")[0], float(spec.split(":")[1])
+            settings = RefineSettings(pairs=args.pairs, top=args.top, sigma=sigma, step=sigma, target=target)
+            if target == "constants":
+                start, scale = tree_numbers(tree, zero, one)
+            else:
+                start = torch.zeros(env.act_dim, env.obs_dim + 1, dtype=torch.float64)
+                scale = feedback_scale(spread)
+
+            def play(params: torch.Tensor, it: int, tree=tree, target=target) -> torch.Tensor:
+                seed = 7919 * (it + 1)
+                p = params.to(dev)
+                if target == "constants":
+                    trees, means, stds = with_numbers(tree, p)
+                    return evaluate_policies(trees, env, amap, means, stds, 1, 1000, seed=seed).returns
+                policy = linear_policy(tree, p, zero, one, amap)
+                return envs.rollout(env, policy, len(p), 1, seed=seed).mean_return
+
+            done = refine(start, n, settings, args.seconds, 1, play, scale=scale)
+            if target == "constants":
+                refined, m, sd = with_numbers(tree.to("cpu"), done.params[None])
+                after, se_after, _ = validate(refined, m[0], sd[0])
+            else:
+                refined = fold(tree.to("cpu"), done.params)
+                after, se_after, _ = validate(refined, zero, one)
+            hist = [h["mean_score"] for h in done.history]
+            print(json.dumps({"policy": path, "target": target, "sigma": sigma, "validation": round(after, 1),
+                              "se": round(se_after, 1), "gain": round(after - before, 1),
+                              "iterations": done.iterations, "refine_s": round(done.seconds, 1),
+                              "perturbations_mean": [round(h, 1) for h in hist[:: max(1, len(hist) // 8)]]
+                              + [round(hist[-1], 1)] if hist else []}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
