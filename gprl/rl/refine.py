@@ -11,7 +11,8 @@ proportion to its size (``s = max(|c|, 0.1)``), and its observations' frozen nor
 length (the export folds the normalisation into them).
 
 Both are tuned by Augmented Random Search (Mania et al. 2018, with its top-directions rule; the feedback
-on the tree's frozen normalisation, ``s = 1``): each iteration plays ``pairs`` antithetic perturbations
+on the tree's frozen normalisation, ``s = 1``; on raw observations ``s = 1 / spread`` of each,
+:func:`feedback_scale`): each iteration plays ``pairs`` antithetic perturbations
 ``θ ± sigma·s·δ``, ``episodes`` episodes each from fresh initial states, and steps along the ``top``
 directions whose better member scored highest,
 
