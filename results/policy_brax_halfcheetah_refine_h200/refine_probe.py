@@ -17,7 +17,7 @@ import torch
 
 from gprl import envs
 from gprl.core.population import Population
-from gprl.rl.policy import ActionMap, evaluate_policies
+from gprl.rl.policy import ActionMap, ObsNormalizer, evaluate_policies
 from gprl.rl.refine import (
     RefineSettings,
     feedback_scale,
@@ -73,12 +73,12 @@ def main() -> None:
 
     def validate(tree: Population, mean: torch.Tensor, std: torch.Tensor
                  ) -> tuple[float, float, torch.Tensor]:
+        stats = ObsNormalizer(env.obs_dim, dev)
         ev = evaluate_policies(tree.to(dev), env, amap, mean.to(dev), std.to(dev), n, 1000,
-                               seed=VALIDATION_SEED, collect_stats=True)
+                               seed=VALIDATION_SEED, stats=stats)
+        stats.freeze()
         r = ev.episode_returns[0].double().cpu()
-        count, total, total_sq = (x.sum(0).cpu() for x in ev.obs_stats)
-        spread = (total_sq / count - (total / count) ** 2).clamp(min=1e-8).sqrt()
-        return float(r.mean()), float(r.std() / math.sqrt(len(r))), spread
+        return float(r.mean()), float(r.std() / math.sqrt(len(r))), stats.std.cpu()
 
     for path in args.policies:
         tree = tree_of(path).to(dev)

@@ -467,7 +467,7 @@ class PolicyTask(Task):
             ev = evaluate_policies(tree[torch.zeros(b - a, dtype=torch.long, device=tree.device)], env,
                                    self.action_map, mean, std, 1, self.final_length, seed=seed + a,
                                    collect_stats=True)
-        stats.merge_envs(*(self.dist.gather(x, n * per, "gathering the observations' spread")
+        stats.merge_envs(*(self.dist.gather(x, n, "gathering the observations' spread", per=per)
                            for x in ev.obs_stats))
         stats.freeze()
         return stats.std.cpu()
