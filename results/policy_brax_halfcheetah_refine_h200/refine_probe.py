@@ -46,6 +46,8 @@ def tree_of(path: str) -> Population:
         e = sp.sympify(text, locals=dict(zip(NAMES, syms)))
         if e.func == sp.tanh:
             e = e.args[0]
+        elif (-e).func == sp.tanh:  # -tanh(u) = tanh(-u), as sympy prints an odd tanh
+            e = -(-e).args[0]
         elif e.is_number:
             v = float(e)
             e = sp.Float(math.copysign(5.0, v) if abs(v) >= 0.9999 else math.atanh(v))
