@@ -1,10 +1,10 @@
-"""How many of a refined Brax HalfCheetah policy's linear terms its return needs: each action of policy.txt is
-tanh(sum of terms); a term c * obs_i weighs |c| times obs_i's standard deviation on the full policy's episodes,
-and each action keeps its ``k`` heaviest such terms (every other term, constants and products, stays). Each
-``k`` plays the same fresh JAX-CPU episodes of the generalized pipeline (as
+"""How many of a refined Brax HalfCheetah policy's linear terms its return needs: each action of policy.txt
+is tanh(sum of terms); a term c * obs_i weighs |c| times obs_i's standard deviation on the full policy's
+episodes, and each action keeps its ``k`` heaviest such terms (every other term, constants and products,
+stays). Each ``k`` plays the same fresh JAX-CPU episodes of the generalized pipeline (as
 ``../policy_brax_swimmer_refine_constants/replay_policy_txt.py`` does).
-``python prune_probe.py EPISODES policy.txt K...`` prints a JSON line per k: the sympy nodes per action and the
-return."""
+``python prune_probe.py EPISODES policy.txt K...`` prints a JSON line per k: the sympy nodes per action and
+the return."""
 
 import json
 import sys
@@ -48,6 +48,10 @@ def play(forms: list[sp.Expr], episodes: int, env) -> tuple[np.ndarray, np.ndarr
     return np.asarray(r, np.float64).sum(1), np.asarray(obs, np.float64)
 
 
+def nodes(forms: list[sp.Expr]) -> list[int]:
+    return [sum(1 for _ in sp.preorder_traversal(e)) for e in forms]
+
+
 def pruned(e: sp.Expr, k: int, spread: dict[sp.Symbol, float]) -> sp.Expr:
     """tanh's argument (or -tanh's) with only its ``k`` heaviest single-observation linear terms."""
     sign, inner = (1, e.args[0]) if e.func == sp.tanh else (-1, (-e).args[0])
@@ -60,19 +64,19 @@ def pruned(e: sp.Expr, k: int, spread: dict[sp.Symbol, float]) -> sp.Expr:
     return sign * sp.tanh(sp.Add(*kept))
 
 
+def row(path: str, k: int | None, forms: list[sp.Expr], r: np.ndarray) -> str:
+    return json.dumps({"policy": path, "k": k, "nodes": nodes(forms), "episodes": len(r),
+                       "return": round(float(r.mean()), 1), "se": round(float(r.std() / np.sqrt(len(r))), 1),
+                       "formulas": [str(f) for f in forms] if k is not None and k <= 8 else None})
+
+
 if __name__ == "__main__":
     episodes, path, ks = int(sys.argv[1]), sys.argv[2], [int(k) for k in sys.argv[3:]]
     cheetah = envs.get_environment("halfcheetah", backend="generalized")
     full = formulas(path)
     r, obs = play(full, episodes, cheetah)
     spread = dict(zip(SYMS, obs.reshape(-1, len(NAMES)).std(0)))
-    nodes = lambda forms: [sum(1 for _ in sp.preorder_traversal(e)) for e in forms]  # noqa: E731
-    print(json.dumps({"policy": path, "k": None, "nodes": nodes(full), "episodes": episodes,
-                      "return": round(float(r.mean()), 1), "se": round(float(r.std() / np.sqrt(episodes)), 1)}),
-          flush=True)
+    print(row(path, None, full, r), flush=True)
     for k in ks:
         forms = [pruned(e, k, spread) for e in full]
-        r, _ = play(forms, episodes, cheetah)
-        print(json.dumps({"policy": path, "k": k, "nodes": nodes(forms), "episodes": episodes,
-                          "return": round(float(r.mean()), 1), "se": round(float(r.std() / np.sqrt(episodes)), 1),
-                          "formulas": [str(f) for f in forms] if k <= 8 else None}), flush=True)
+        print(row(path, k, forms, play(forms, episodes, cheetah)[0]), flush=True)
