@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import sympy as sp
 
+from gprl.core.functions import SYMPY_FUNCTIONS
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "policy_brax_swimmer_refine_constants"))
-from replay_policy_txt import LOCALS, MODULES, envs, jax, jnp  # Brax as it patched it for JAX
 
 NAMES = ["rootz", "rooty", "bthigh", "bshin", "bfoot", "fthigh", "fshin", "ffoot", "rootx_vel", "rootz_vel",
          "rooty_vel", "bthigh_vel", "bshin_vel", "bfoot_vel", "fthigh_vel", "fshin_vel", "ffoot_vel"]
@@ -26,11 +27,12 @@ def formulas(path: str) -> list[sp.Expr]:
     with open(path) as f:
         lines = sorted((line.split(" = ", 1) for line in f.read().splitlines() if line.startswith("a")),
                        key=lambda kv: int(kv[0][1:]))
-    return [sp.sympify(text, locals={**LOCALS, **dict(zip(NAMES, SYMS))}) for _, text in lines]
+    return [sp.sympify(text, locals={**SYMPY_FUNCTIONS, **dict(zip(NAMES, SYMS))}) for _, text in lines]
 
 
 def play(forms: list[sp.Expr], episodes: int, env) -> tuple[np.ndarray, np.ndarray]:
     """Returns [episodes] and every observation [episodes, 1000, n] of the formulas on fresh episodes."""
+    from replay_policy_txt import MODULES, jax, jnp  # Brax as it patched it for JAX
     fs = [sp.lambdify([SYMS], e, modules=MODULES) for e in forms]
 
     def act(obs):
@@ -72,6 +74,8 @@ def row(path: str, k: int | None, forms: list[sp.Expr], r: np.ndarray) -> str:
 
 if __name__ == "__main__":
     episodes, path, ks = int(sys.argv[1]), sys.argv[2], [int(k) for k in sys.argv[3:]]
+    from replay_policy_txt import envs
+
     cheetah = envs.get_environment("halfcheetah", backend="generalized")
     full = formulas(path)
     r, obs = play(full, episodes, cheetah)
