@@ -12,13 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import sympy as sp
+from gprl.envs.mujoco_tasks import TASKS
 
 from gprl.core.functions import SYMPY_FUNCTIONS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "policy_brax_swimmer_refine_constants"))
 
-NAMES = ["rootz", "rooty", "bthigh", "bshin", "bfoot", "fthigh", "fshin", "ffoot", "rootx_vel", "rootz_vel",
-         "rooty_vel", "bthigh_vel", "bshin_vel", "bfoot_vel", "fthigh_vel", "fshin_vel", "ffoot_vel"]
+NAMES = TASKS["halfcheetah"].default_obs_names()  # Brax's layout and names are MuJoCo's
 SYMS = sp.symbols(NAMES)
 SEED = 20261203
 
