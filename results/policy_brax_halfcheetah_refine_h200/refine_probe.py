@@ -1,7 +1,7 @@
 """How much the refinement (``gprl.rl.refine``) adds to given Brax HalfCheetah policies: each policy.txt's
 formulas (raw observation units, tanh actions) become one tree; it plays 2 * ``--pairs`` fresh 1000-step
 episodes of the generalized pipeline, then each ``--targets`` entry (target:sigma, stepping by sigma) tunes it
-for ``--seconds`` (``pairs`` antithetic perturbations of one episode each, the best ``top`` stepping) and the
+for ``--seconds`` (``--pairs`` antithetic perturbations of one episode each, the best ``top`` stepping) and the
 result plays the same fresh episodes. ``python refine_probe.py [--seconds S] [--targets feedback:0.01
 constants:0.02] policy.txt...`` prints a JSON line per policy and target. The feedback perturbs each
 observation's weight in units of 1 / its spread on those episodes (the tree plays raw observations), as a tree
@@ -65,6 +65,7 @@ def main() -> None:
                     help="TARGET:SIGMA, each stepping by its sigma")
     ap.add_argument("--pairs", type=int, default=128)
     ap.add_argument("--top", type=int, default=64)
+    ap.add_argument("--step", type=float, default=None, help="the step (default: each target's sigma)")
     args = ap.parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     n = 2 * args.pairs  # one batch of environments: the perturbations' and the validation's
@@ -90,7 +91,8 @@ def main() -> None:
                           "episodes": n, "s": round(time.perf_counter() - t0, 1)}), flush=True)
         for spec in args.targets:
             target, sigma = spec.split(":")[0], float(spec.split(":")[1])
-            settings = RefineSettings(pairs=args.pairs, top=args.top, sigma=sigma, step=sigma, target=target)
+            settings = RefineSettings(pairs=args.pairs, top=args.top, sigma=sigma, step=args.step or sigma,
+                                      target=target)
             if target == "constants":
                 start, scale = tree_numbers(tree, zero, one)
             else:
@@ -114,7 +116,8 @@ def main() -> None:
                 refined = fold(tree.to("cpu"), done.params)
                 after, se_after, _ = validate(refined, zero, one)
             hist = [h["mean_score"] for h in done.history]
-            print(json.dumps({"policy": path, "target": target, "sigma": sigma, "validation": round(after, 1),
+            print(json.dumps({"policy": path, "target": target, "sigma": sigma, "step": settings.step,
+                              "pairs": args.pairs, "top": args.top, "validation": round(after, 1),
                               "se": round(se_after, 1), "gain": round(after - before, 1),
                               "iterations": done.iterations, "refine_s": round(done.seconds, 1),
                               "perturbations_mean": [round(h, 1) for h in hist[:: max(1, len(hist) // 8)]]
