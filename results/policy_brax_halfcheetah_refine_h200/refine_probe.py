@@ -1,11 +1,11 @@
 """How much the refinement (``gprl.rl.refine``) adds to given Brax HalfCheetah policies: each policy.txt's
 formulas (raw observation units, tanh actions) become one tree; it plays 2 * ``--pairs`` fresh 1000-step
-episodes of the generalized pipeline, then each ``--targets`` entry (target:sigma, stepping by sigma) tunes it
-for ``--seconds`` (``--pairs`` antithetic perturbations of one episode each, the best ``top`` stepping) and the
-result plays the same fresh episodes. ``python refine_probe.py [--seconds S] [--targets feedback:0.01
-constants:0.02] policy.txt...`` prints a JSON line per policy and target. The feedback perturbs each
-observation's weight in units of 1 / its spread on those episodes (the tree plays raw observations), as a tree
-on normalised observations would."""
+episodes of the generalized pipeline, then each ``--targets`` entry (target:sigma, stepping by sigma or
+``--step``) tunes it for ``--seconds`` (``--pairs`` antithetic perturbations of one episode each, the best
+``--top`` stepping) and the result plays the same fresh episodes. ``python refine_probe.py [--seconds S]
+[--targets feedback:0.01 constants:0.02] policy.txt...`` prints a JSON line per policy and target. The
+feedback perturbs each observation's weight in units of 1 / its spread on those episodes (the tree plays raw
+observations), as a tree on normalised observations would."""
 
 import argparse
 import json
