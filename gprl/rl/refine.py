@@ -20,6 +20,9 @@ directions whose better member scored highest,
 
 With ``keep = k`` the feedback search prunes halfway: each action's ``k`` largest weights (normalised
 observations, so comparable) go on being tuned, the others are zeroed, and the folded formulas stay short.
+With ``prune = s`` the tuned feedback is also cut afterwards, to each action's ``k`` heaviest weights for
+every ``k`` of :data:`PRUNE_TERMS` below its count (:func:`pruned_feedback`); the cut policies are
+validated beside the others and the shortest whose return is within the share ``s`` of the best is exported.
 
 Evolution finds a gait's structure in few nodes; tuning its numbers on many initial states at once is what
 makes it hold from all of them, which single-episode selection of trees rarely finds. :func:`fold` writes
@@ -42,9 +45,10 @@ from gprl.core.population import Population
 from gprl.evolve.constants import constant_slots, with_values
 from gprl.rl.policy import ActionMap
 
-REFINE_KEYS = ("share", "iterations", "pairs", "top", "sigma", "step", "keep", "target", "episodes")
+REFINE_KEYS = ("share", "iterations", "pairs", "top", "sigma", "step", "keep", "target", "episodes", "prune")
 TARGETS = ("feedback", "constants")
 LOG_EVERY_S = 30.0  # a progress line at the first iteration, then at most one per this many seconds
+PRUNE_TERMS = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # weights per action the pruned feedbacks keep
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,8 @@ class RefineSettings:
     (a cap, or the budget without a share), ``pairs`` of perturbations per iteration (null: half the training
     batch, whose environments are then reused), the ``top`` pairs that step, ``sigma``, ``step``, ``keep``
     (weights per action tuned after half the refinement; null: every observation's), the ``target`` tuned
-    (``feedback`` or ``constants``) and the ``episodes`` each perturbation plays (their mean scores it)."""
+    (``feedback`` or ``constants``), the ``episodes`` each perturbation plays (their mean scores it) and
+    ``prune`` (the share of the best validated return a shorter pruned feedback may give up; null: none)."""
 
     share: float = 0.0
     iterations: int | None = None
@@ -65,6 +70,7 @@ class RefineSettings:
     keep: int | None = None  # null: every observation's weight
     target: str = "feedback"
     episodes: int = 1
+    prune: float | None = None
 
     @classmethod
     def from_config(cls, refine: dict[str, Any] | bool | None) -> RefineSettings | None:
@@ -94,8 +100,14 @@ class RefineSettings:
                 raise ValueError(f"task.refine.{name} must be a positive number, got {v!r}")
         if s.pairs is not None and s.top is not None and s.top > s.pairs:
             raise ValueError(f"task.refine.top ({s.top}) must be at most task.refine.pairs ({s.pairs})")
-        if s.keep is not None and s.target != "feedback":
-            raise ValueError("task.refine.keep prunes feedback weights: it applies to target=feedback only")
+        for name in ("keep", "prune"):
+            if getattr(s, name) is not None and s.target != "feedback":
+                raise ValueError(f"task.refine.{name} prunes feedback weights: it applies to "
+                                 "target=feedback only")
+        if s.prune is not None and (isinstance(s.prune, bool) or not isinstance(s.prune, (int, float))
+                                    or not 0 <= s.prune < 1):
+            raise ValueError(f"task.refine.prune must be a share in [0, 1) (of the best validated return "
+                             f"that a shorter pruned feedback may give up) or null, got {s.prune!r}")
         if s.episodes > 1 and s.pairs is None:
             raise ValueError("task.refine.episodes > 1 needs task.refine.pairs (null pairs play the training "
                              "batch's environments, one episode each)")
@@ -188,9 +200,7 @@ def refine(start: torch.Tensor, rows: int, settings: RefineSettings, seconds: fl
         if not pruned and agree(it >= limit / 2 or (seconds is not None
                                                     and time.perf_counter() - begin >= seconds / 2)):
             pruned = True  # halfway: the `keep` largest weights per action go on, the others stay 0
-            mask[:, :n_in] = 0.0
-            # in units of each observation's spread (1 / scale) where the observations are raw
-            mask.scatter_(1, (w[:, :n_in] / scale[..., :n_in]).abs().topk(settings.keep, dim=1).indices, 1.0)
+            mask = heaviest(w, scale, settings.keep)
             w = w * mask
         delta = torch.randn(pairs, *w.shape, generator=gen, dtype=torch.float64) * mask * scale
         cand = torch.cat([w + settings.sigma * delta, w - settings.sigma * delta,
@@ -211,6 +221,24 @@ def refine(start: torch.Tensor, rows: int, settings: RefineSettings, seconds: fl
             log(f"refine: iteration {it}, perturbations' mean {history[-1]['mean_score']:.1f}, "
                 f"{now - begin:.0f} s")
     return Refinement(w, it, time.perf_counter() - begin, history)
+
+
+def heaviest(weights: torch.Tensor, scale: torch.Tensor | None, k: int) -> torch.Tensor:
+    """The mask ``[n_out, n_in + 1]`` of each action's ``k`` heaviest feedback weights and its bias; a
+    weight weighs ``|w| / scale`` (in units of its observation's spread where the observations are raw)."""
+    n_in = weights.shape[-1] - 1
+    size = weights[:, :n_in].abs() if scale is None else (weights[:, :n_in] / scale[..., :n_in]).abs()
+    mask = torch.zeros_like(weights)
+    mask[:, n_in] = 1.0
+    return mask.scatter_(1, size.topk(min(k, n_in), dim=1).indices, 1.0)
+
+
+def pruned_feedback(weights: torch.Tensor, scale: torch.Tensor | None = None
+                    ) -> list[tuple[int, torch.Tensor]]:
+    """``(k, weights cut to each action's k heaviest)`` for every ``k`` of :data:`PRUNE_TERMS` below the
+    most weights an action holds, fewest first."""
+    held = int(weights[:, :-1].count_nonzero(dim=1).max())
+    return [(k, weights * heaviest(weights, scale, k)) for k in PRUNE_TERMS if k < held]
 
 
 def feedback_scale(spread: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,7 @@ from gprl.rl.refine import (
     feedback_scale,
     fold,
     linear_policy,
+    pruned_feedback,
     refine,
     tree_numbers,
     with_constants,
@@ -49,6 +50,9 @@ def test_fold_computes_the_tree_plus_the_linear_term():
     ({"share": 0.3, "target": "constants", "keep": 4}, "applies to target=feedback only"),
     ({"share": 0.3, "episodes": 0}, "episodes must be a positive integer"),
     ({"share": 0.3, "pairs": None, "episodes": 4}, "needs task.refine.pairs"),
+    ({"share": 0.3, "prune": 1.0}, "prune must be a share in"),
+    ({"share": 0.3, "prune": True}, "prune must be a share in"),
+    ({"share": 0.3, "target": "constants", "prune": 0.01}, "prune prunes feedback weights"),
 ])
 def test_settings_name_the_bad_entry(refine_cfg, match):
     with pytest.raises(ValueError, match=match):
@@ -83,6 +87,35 @@ def test_keep_tunes_the_largest_weights_per_action_after_half_the_iterations():
     assert (w[:, :8].count_nonzero(dim=1) <= 2).all()
     found = target[:, :8] != 0
     torch.testing.assert_close(w[:, :8][found], target[:, :8][found], atol=0.08, rtol=0)
+
+
+def test_pruned_feedback_keeps_each_actions_heaviest_weights_in_units_of_their_spread():
+    """Raw observations: a weight weighs |w| times its observation's spread, so 0.01 on an observation of
+    spread 100 outweighs 0.5 on one of spread 0.1; every cut keeps the bias."""
+    spread = torch.tensor([100.0, 0.1, 1.0, 1.0, 1.0, 1.0])
+    w = torch.tensor([[0.01, 0.5, 0.2, -0.3, 0.0, 0.05, 7.0],
+                      [0.0, 0.0, 0.0, 0.0, 0.0, -2.0, 0.5]], dtype=torch.float64)
+    cuts = pruned_feedback(w, feedback_scale(spread))
+    assert [k for k, _ in cuts] == [2, 3, 4]  # the ladder below the 5 weights action 0 holds
+    two = dict(cuts)[2]
+    assert two[0].nonzero().flatten().tolist() == [0, 3, 6]  # 1.0 and 0.3 outweigh 0.2, 0.05 and 0.05
+    torch.testing.assert_close(two[1], w[1])  # an action with fewer weights keeps them all
+    assert dict(cuts)[3][0].nonzero().flatten().tolist() == [0, 2, 3, 6]
+    normalised = dict(pruned_feedback(w))[2]  # normalised observations: |w| alone
+    assert normalised[0].nonzero().flatten().tolist() == [1, 3, 6]
+
+
+def test_prune_exports_the_shortest_candidate_within_its_share_of_the_best():
+    task = PolicyTask.__new__(PolicyTask)
+    rows = [{"validation_return": 100.0, "length": 50}, {"validation_return": 99.0, "length": 5,
+                                                           "eliminated": True},
+            {"validation_return": 96.0, "length": 20}, {"validation_return": 96.5, "length": 20},
+            {"validation_return": 94.9, "length": 10}]
+    for prune, pick in [(None, 0), (0.0, 0), (0.05, 3), (0.06, 4)]:
+        task.refine_settings = RefineSettings(share=0.3, prune=prune)
+        assert task._pick(rows) == pick, prune
+    task.refine_settings = None
+    assert task._pick(rows) == 0
 
 
 def test_progress_lines_come_by_the_clock_not_by_the_iteration_count(monkeypatch):
@@ -252,6 +285,42 @@ def test_the_task_validates_the_refined_tree_and_exports_the_best(tmp_path, targ
         assert [r["source"] for r in meta["candidates"]][-1] == "refined"
         best = max(rows, key=lambda r: r["validation_return"])
         assert out["validation_return"] == best["validation_return"]
+    finally:
+        task.close()
+
+
+def test_the_task_validates_the_pruned_feedbacks_beside_the_refined_tree(tmp_path):
+    """task.refine.prune: the tuned feedback cut to 2, 3, 4, 6 and 8 of hopper's 11 weights per action,
+    each validated on its own recorded starts; the export is the candidate the prune rule picks."""
+    length = 40
+    cfg = {"name": "hopper", "backend": "mujoco", "episode_length": length, "kwargs": {"nthread": 1}}
+    task = PolicyTask(cfg, pop_size=16, seed=3, device="cpu", validation_episodes=3,
+                      refine={"iterations": 3, "pairs": 4, "episodes": 2, "prune": 0.2})
+    try:
+        pop = gprl.Population.random(16, task.n_in, task.n_out, max_len=32, seed=5)
+        fitness, _ = task.evaluate(pop, generation=0)
+        report = task.refine(None)
+        cands, rows = task.validated
+        refined = [r["source"] for r in rows].index("refined")
+        pruned = rows[refined + 1:]
+        assert [r["source"] for r in pruned] == ["pruned"] * 5
+        assert [r["terms"] for r in pruned] == [2, 3, 4, 6, 8]
+        lengths = [r["length"] for r in pruned] + [rows[refined]["length"]]
+        assert lengths == sorted(lengths) and lengths[0] < lengths[-1]
+        for h, r in zip(cands[refined + 1:], pruned):
+            assert report[f"pruned_{r['terms']}_validation_return"] == r["validation_return"]
+            assert r["length"] == population_from_state(h["tree"], "cpu").lengths().item()
+            env = envs.make("hopper", backend="mujoco", num_envs=3, seed=0, episode_length=length, nthread=1)
+            again = evaluate_policies(population_from_state(h["tree"], "cpu"), env, task.action_map,
+                                      h["mean"], h["std"], 3, length, seed=r["validation_seed"]).returns
+            env.close()
+            assert r["validation_return"] == pytest.approx(float(again), rel=1e-5)
+        out = task.finish(pop, fitness, str(tmp_path))
+        picked = rows[task._pick(rows)]
+        assert out["validation_return"] == picked["validation_return"]
+        assert out["tree_length"] == picked["length"]
+        meta = json.loads((tmp_path / "policy.json").read_text())["meta"]
+        assert meta["validation"]["source"] == picked["source"]
     finally:
         task.close()
 

@@ -20,6 +20,7 @@ from gprl.rl.refine import (
     feedback_scale,
     fold,
     linear_policy,
+    pruned_feedback,
     refine,
     tree_numbers,
     with_numbers,
@@ -328,7 +329,7 @@ class PolicyTask(Task):
         its luckiest candidates); the others' rows say ``eliminated``."""
         cands = self.candidates() if cands is None else cands
         K = len(cands)
-        N = K * self.validation_episodes if self.validation_episodes else max(K, self.total_envs)
+        N = self._validation_size(K)
         rows = self._play(cands, N, self._seed(0x5EED, 1))
         if self.validation_keep is not None and K > 1:
             first = np.nan_to_num([r["validation_return"] for r in rows], nan=-np.inf)
@@ -340,6 +341,10 @@ class PolicyTask(Task):
             for k in set(range(K)) - set(keep.tolist()):
                 rows[k]["eliminated"] = True
         return self._best(rows), rows
+
+    def _validation_size(self, K: int) -> int:
+        """Episodes validating K candidates: ``validation_episodes`` each, or (0) the training batch."""
+        return K * self.validation_episodes if self.validation_episodes else max(K, self.total_envs)
 
     def _play(self, cands: list[dict[str, Any]], N: int, seed: int) -> list[dict[str, Any]]:
         """Plays N fresh full-length episodes shared among the candidates; a row per candidate.
@@ -372,15 +377,28 @@ class PolicyTask(Task):
                 returns = ev.returns.cpu()
         returns = dist.gather(returns, n, "gathering the validation returns", per=per)
         return [{"generation": h["generation"], "source": h["source"],
+                 **({"terms": h["terms"]} if "terms" in h else {}),
                  "train_return": h.get("return", h["fitness"]),
                  "validation_return": float(returns[starts[k]:starts[k] + sizes[k]].mean()),
-                 "validation_seed": seed + starts[k], "validation_episodes": sizes[k]}
+                 "validation_seed": seed + starts[k], "validation_episodes": sizes[k],
+                 "length": int(h["tree"]["size"][0, 0])}
                 for k, h in enumerate(cands)]
 
     @staticmethod
     def _best(rows: list[dict[str, Any]]) -> int:
         """The validated row with the highest mean return, among those not eliminated."""
         return int(np.nanargmax([-np.inf if r.get("eliminated") else r["validation_return"] for r in rows]))
+
+    def _pick(self, rows: list[dict[str, Any]]) -> int:
+        """The exported row: the best, or with ``task.refine.prune`` the shortest tree whose validation
+        return is within that share of the best's (the higher return among equally short ones)."""
+        best = self._best(rows)
+        share = self.refine_settings.prune if self.refine_settings else None
+        if not share:
+            return best
+        floor = rows[best]["validation_return"] - share * abs(rows[best]["validation_return"])
+        near = [k for k, r in enumerate(rows) if not r.get("eliminated") and r["validation_return"] >= floor]
+        return min(near, key=lambda k: (rows[k]["length"], -rows[k]["validation_return"]))
 
     def refine(self, seconds: float | None) -> dict[str, Any]:
         """Validates the candidates, then tunes a linear term on the best, or its constants and observation
@@ -446,16 +464,21 @@ class PolicyTask(Task):
         else:
             refined, mean, std = fold(tree.to("cpu"), done.params), h["mean"], h["std"]
         last = [row["mean_score"] for row in done.history[-5:]]
-        found = {"tree": population_state(refined), "mean": mean, "std": std,
-                 "fitness": float(np.mean(last)) if last else math.nan,
-                 "generation": h["generation"], "source": "refined"}
-        _, new = self.validate([found])
-        self.validated = (cands + [found], rows + new)
+        found = [{"tree": population_state(refined), "mean": mean, "std": std,
+                  "fitness": float(np.mean(last)) if last else math.nan,
+                  "generation": h["generation"], "source": "refined"}]
+        if settings.prune is not None:  # shorter formulas: the feedback cut to each action's heaviest terms
+            found += [{**found[0], "tree": population_state(fold(tree.to("cpu"), w)), "fitness": None,
+                       "source": "pruned", "terms": k} for k, w in pruned_feedback(done.params, scale)]
+        new = self._play(found, self._validation_size(len(found)), self._seed(0x5EED, 1))  # as validate
+        self.validated = (cands + found, rows + new)
         tuned = {"refine_constants": int(start.numel()) - 2 * self.n_in} if constants else \
             {"refine_weights": int(done.params[:, :self.n_in].count_nonzero())}
+        pruned = {f"pruned_{f['terms']}_validation_return": r["validation_return"]
+                  for f, r in zip(found[1:], new[1:])}
         return {"refine_iterations": done.iterations, "refine_s": round(done.seconds, 1), **tuned,
                 "refined_validation_return": new[0]["validation_return"],
-                "unrefined_validation_return": rows[best]["validation_return"]}
+                "unrefined_validation_return": rows[best]["validation_return"], **pruned}
 
     def _spread(self, tree: Population, env: envs.VecEnv, mean: torch.Tensor, std: torch.Tensor, n: int,
                 per: int, bounds: tuple[int, int], seed: int) -> torch.Tensor:
@@ -477,10 +500,10 @@ class PolicyTask(Task):
             raise RuntimeError("no generation was evaluated: nothing to export")
         if self.validated is not None:
             cands, rows = self.validated
-            best = self._best(rows)
         else:
             cands = self.candidates()
-            best, rows = self.validate(cands)  # on every rank (each plays its share)
+            _, rows = self.validate(cands)  # on every rank (each plays its share)
+        best = self._pick(rows)
         h = cands[best]
         tree = population_from_state(h["tree"], "cpu")
         result = {"validation_return": rows[best]["validation_return"],
