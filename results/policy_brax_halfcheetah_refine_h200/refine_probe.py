@@ -1,8 +1,10 @@
-"""How much the refinement (``gprl.rl.refine``) adds to given Brax HalfCheetah policies: each policy.txt's
+"""How much the refinement (``gprl.rl.refine``) adds to given Brax policies (``--env``, HalfCheetah unless
+given): each policy.txt's
 formulas (raw observation units, tanh actions) become one tree; it plays 2 * ``--pairs`` fresh 1000-step
 episodes of the generalized pipeline, then each ``--targets`` entry (target:sigma, stepping by sigma or
 ``--step``) tunes it for ``--seconds`` (``--pairs`` antithetic perturbations of one episode each, the best
-``--top`` stepping) and the result plays the same fresh episodes. ``python refine_probe.py [--seconds S]
+``--top`` stepping; ``--episodes`` a perturbation) and the result plays the same fresh episodes; a target
+``a:s1+b:s2`` tunes ``a``, then ``b`` on its result, half the seconds each. ``python refine_probe.py [--seconds S]
 [--targets feedback:0.01 constants:0.02] policy.txt...`` prints a JSON line per policy and target. The
 feedback perturbs each observation's weight in units of 1 / its spread on those episodes (the tree plays raw
 observations), as a tree on normalised observations would."""
@@ -16,6 +18,7 @@ import sympy as sp
 import torch
 
 from gprl import envs
+from gprl.core import functions as F
 from gprl.core.population import Population
 from gprl.rl.policy import ActionMap, ObsNormalizer, evaluate_policies
 from gprl.rl.refine import (
@@ -28,22 +31,22 @@ from gprl.rl.refine import (
     with_numbers,
 )
 
-NAMES = ["rootz", "rooty", "bthigh", "bshin", "bfoot", "fthigh", "fshin", "ffoot", "rootx_vel", "rootz_vel",
-         "rooty_vel", "bthigh_vel", "bshin_vel", "bfoot_vel", "fthigh_vel", "fshin_vel", "ffoot_vel"]
 VALIDATION_SEED = 20261202
 
 
-def tree_of(path: str) -> Population:
-    """The formulas' arguments of tanh as one tree over x0..x16; a constant action c becomes atanh(c)
-    (±1, which tanh reaches only past the 4 printed digits, becomes ±5: the constants' range)."""
-    syms = sp.symbols(NAMES)
-    xs = sp.symbols([f"x{i}" for i in range(len(NAMES))])
+def tree_of(path: str, names: list[str]) -> Population:
+    """The formulas' arguments of tanh as one tree over x0, x1, ... (the observations ``names``); a constant
+    action c becomes atanh(c) (±1, which tanh reaches only past the 4 printed digits, becomes ±5: the
+    constants' range)."""
+    syms = sp.symbols(names)
+    xs = sp.symbols([f"x{i}" for i in range(len(names))])
+    local = {**dict(zip(names, syms)), "gt": F.gt, "lt": F.lt, "Min": sp.Min, "Max": sp.Max}
     outs = []
     with open(path) as f:
         lines = sorted((line.split(" = ", 1) for line in f.read().splitlines() if line.startswith("a")),
                        key=lambda kv: int(kv[0][1:]))
     for _, text in lines:
-        e = sp.sympify(text, locals=dict(zip(NAMES, syms)))
+        e = sp.sympify(text, locals=local)
         if e.func == sp.tanh:
             e = e.args[0]
         elif (-e).func == sp.tanh:  # -tanh(u) = tanh(-u), as sympy prints an odd tanh
@@ -54,12 +57,14 @@ def tree_of(path: str) -> Population:
         else:
             raise ValueError(f"{path}: expected tanh(...) or a constant, got {text}")
         outs.append(e.subs(dict(zip(syms, xs))))
-    return Population.from_expressions([outs], n_in=len(NAMES))
+    return Population.from_expressions([outs], n_in=len(names))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("policies", nargs="+")
+    ap.add_argument("--env", default="halfcheetah")
+    ap.add_argument("--episodes", type=int, default=1, help="episodes a perturbation")
     ap.add_argument("--seconds", type=float, default=80.0)
     ap.add_argument("--targets", nargs="+", default=["feedback:0.01", "constants:0.02"],
                     help="TARGET:SIGMA, each stepping by its sigma")
@@ -68,8 +73,9 @@ def main() -> None:
     ap.add_argument("--step", type=float, default=None, help="the step (default: each target's sigma)")
     args = ap.parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    n = 2 * args.pairs  # one batch of environments: the perturbations' and the validation's
-    env = envs.make("halfcheetah", backend="brax", num_envs=n, device=dev, episode_length=1000,
+    E = args.episodes
+    n = 2 * args.pairs * E  # one batch of environments: the perturbations' and the validation's
+    env = envs.make(args.env, backend="brax", num_envs=n, device=dev, episode_length=1000,
                     pipeline="generalized")
     amap = ActionMap.for_env(env, "tanh")
     zero, one = torch.zeros(env.obs_dim, device=dev), torch.ones(env.obs_dim, device=dev)
@@ -83,46 +89,54 @@ def main() -> None:
         r = ev.episode_returns[0].double().cpu()
         return float(r.mean()), float(r.std() / math.sqrt(len(r))), stats.std.cpu()
 
+    def tune(tree: Population, mean: torch.Tensor, std: torch.Tensor, spread: torch.Tensor, target: str,
+             sigma: float, seconds: float):
+        """``target`` tuned on ``tree`` (normalised by ``mean``, ``std``): the refined tree, its
+        normalisation and the refinement."""
+        settings = RefineSettings(pairs=args.pairs, top=args.top, sigma=sigma, step=args.step or sigma,
+                                  target=target, episodes=E)
+        if target == "constants":
+            start, scale = tree_numbers(tree, mean, std)
+        else:
+            start = torch.zeros(env.act_dim, env.obs_dim + 1, dtype=torch.float64)
+            scale = feedback_scale(spread / std.cpu())  # each weight in units of its input's spread
+
+        def play(params: torch.Tensor, it: int) -> torch.Tensor:
+            seed = 7919 * (it + 1)
+            p = params.to(dev)
+            if target == "constants":
+                trees, means, stds = with_numbers(tree, p)
+                return evaluate_policies(trees, env, amap, means, stds, E, 1000, seed=seed).returns
+            policy = linear_policy(tree, p, mean, std, amap)
+            return envs.rollout(env, policy, len(p), E, seed=seed).mean_return
+
+        done = refine(start, 2 * args.pairs, settings, seconds, 1, play, scale=scale)
+        if target == "constants":
+            refined, m, sd = with_numbers(tree.to("cpu"), done.params[None])
+            return refined.to(dev), m[0].to(dev, torch.float32), sd[0].to(dev, torch.float32), done
+        return fold(tree.to("cpu"), done.params).to(dev), mean, std, done
+
     for path in args.policies:
-        tree = tree_of(path).to(dev)
+        start_tree = tree_of(path, env.obs_names).to(dev)
         t0 = time.perf_counter()
-        before, se, spread = validate(tree, zero, one)
-        print(json.dumps({"policy": path, "target": None, "validation": round(before, 1), "se": round(se, 1),
+        before, se, spread = validate(start_tree, zero, one)
+        print(json.dumps({"policy": path, "target": None, "validation": round(before, 2), "se": round(se, 2),
                           "episodes": n, "s": round(time.perf_counter() - t0, 1)}), flush=True)
         for spec in args.targets:
-            target, sigma = spec.split(":")[0], float(spec.split(":")[1])
-            settings = RefineSettings(pairs=args.pairs, top=args.top, sigma=sigma, step=args.step or sigma,
-                                      target=target)
-            if target == "constants":
-                start, scale = tree_numbers(tree, zero, one)
-            else:
-                start = torch.zeros(env.act_dim, env.obs_dim + 1, dtype=torch.float64)
-                scale = feedback_scale(spread)
-
-            def play(params: torch.Tensor, it: int, tree=tree, target=target) -> torch.Tensor:
-                seed = 7919 * (it + 1)
-                p = params.to(dev)
-                if target == "constants":
-                    trees, means, stds = with_numbers(tree, p)
-                    return evaluate_policies(trees, env, amap, means, stds, 1, 1000, seed=seed).returns
-                policy = linear_policy(tree, p, zero, one, amap)
-                return envs.rollout(env, policy, len(p), 1, seed=seed).mean_return
-
-            done = refine(start, n, settings, args.seconds, 1, play, scale=scale)
-            if target == "constants":
-                refined, m, sd = with_numbers(tree.to("cpu"), done.params[None])
-                after, se_after, _ = validate(refined, m[0], sd[0])
-            else:
-                refined = fold(tree.to("cpu"), done.params)
-                after, se_after, _ = validate(refined, zero, one)
-            hist = [h["mean_score"] for h in done.history]
-            print(json.dumps({"policy": path, "target": target, "sigma": sigma, "step": settings.step,
-                              "pairs": args.pairs, "top": args.top, "validation": round(after, 1),
-                              "se": round(se_after, 1), "gain": round(after - before, 1),
-                              "iterations": done.iterations, "refine_s": round(done.seconds, 1),
-                              "perturbations_mean": [round(h, 1) for h in hist[:: max(1, len(hist) // 8)]]
-                              + [round(hist[-1], 1)] if hist else []}), flush=True)
-
+            steps = [(part.split(":")[0], float(part.split(":")[1])) for part in spec.split("+")]
+            tree, mean, std, runs = start_tree, zero, one, []
+            for target, sigma in steps:
+                tree, mean, std, done = tune(tree, mean, std, spread, target, sigma, args.seconds / len(steps))
+                hist = [h["mean_score"] for h in done.history]
+                runs.append({"target": target, "sigma": sigma, "iterations": done.iterations,
+                             "refine_s": round(done.seconds, 1),
+                             "perturbations_mean": [round(h, 2) for h in hist[:: max(1, len(hist) // 8)]]
+                             + ([round(hist[-1], 2)] if hist else [])})
+            after, se_after, _ = validate(tree, mean, std)
+            print(json.dumps({"policy": path, "target": spec, "step": args.step, "pairs": args.pairs,
+                              "top": args.top, "episodes": E, "validation": round(after, 2),
+                              "se": round(se_after, 2), "gain": round(after - before, 2), "runs": runs}),
+                  flush=True)
 
 if __name__ == "__main__":
     main()
