@@ -1,13 +1,13 @@
 """How much the refinement (``gprl.rl.refine``) adds to given Brax policies (``--env``, HalfCheetah unless
-given): each policy.txt's
-formulas (raw observation units, tanh actions) become one tree; it plays 2 * ``--pairs`` fresh 1000-step
-episodes of the generalized pipeline, then each ``--targets`` entry (target:sigma, stepping by sigma or
-``--step``) tunes it for ``--seconds`` (``--pairs`` antithetic perturbations of one episode each, the best
-``--top`` stepping; ``--episodes`` a perturbation) and the result plays the same fresh episodes; a target
-``a:s1+b:s2`` tunes ``a``, then ``b`` on its result, half the seconds each. ``python refine_probe.py [--seconds S]
-[--targets feedback:0.01 constants:0.02] policy.txt...`` prints a JSON line per policy and target. The
-feedback perturbs each observation's weight in units of 1 / its spread on those episodes (the tree plays raw
-observations), as a tree on normalised observations would."""
+given): each policy.txt's formulas (raw observation units, tanh actions) become one tree; it plays 2 *
+``--pairs`` * ``--episodes`` fresh 1000-step episodes of the generalized pipeline, then each
+``--targets`` entry (target:sigma, stepping by sigma or ``--step``) tunes it for ``--seconds``
+(``--pairs`` antithetic perturbations of ``--episodes`` episodes each, the best ``--top`` stepping) and
+the result plays the same fresh episodes; a target ``a:s1+b:s2`` tunes ``a``, then ``b`` on its result,
+half the seconds each. ``python refine_probe.py [--seconds S] [--targets feedback:0.01 constants:0.02]
+policy.txt...`` prints a JSON line per policy and target. The feedback perturbs each observation's weight
+in units of 1 / its spread on those episodes (the tree plays raw observations), as a tree on normalised
+observations would."""
 
 import argparse
 import json
@@ -126,7 +126,8 @@ def main() -> None:
             steps = [(part.split(":")[0], float(part.split(":")[1])) for part in spec.split("+")]
             tree, mean, std, runs = start_tree, zero, one, []
             for target, sigma in steps:
-                tree, mean, std, done = tune(tree, mean, std, spread, target, sigma, args.seconds / len(steps))
+                seconds = args.seconds / len(steps)
+                tree, mean, std, done = tune(tree, mean, std, spread, target, sigma, seconds)
                 hist = [h["mean_score"] for h in done.history]
                 runs.append({"target": target, "sigma": sigma, "iterations": done.iterations,
                              "refine_s": round(done.seconds, 1),
