@@ -195,7 +195,7 @@ def test_per_backend_defaults_fill_only_null_entries():
     assert (fast["gp"]["population_size"], fast["gp"]["tournament_size"]) == (4096, 20)
     # Brax HalfCheetah: + - * / on raw observations, in draws; the other backends keep the policies' fallback
     assert fast["gp"]["functions"] == ["add", "sub", "mul", "div"] and fast["env"]["normalize_obs"] is False
-    assert (fast["gp"]["const_range"], fast["gp"]["draws"]) == ([-5.0, 5.0], 5)
+    assert (fast["gp"]["const_range"], fast["gp"]["draws"]) == ([-5.0, 5.0], 12)
     assert len(cpu["gp"]["functions"]) == 8 and cpu["gp"]["const_range"] == [-1.0, 1.0]
     assert cpu["env"]["normalize_obs"] is True and cpu["gp"].get("draws") is None
     mine = apply_backend_defaults({"env": {**cheetah, "backend": "brax"}, "gp": {**gp, "tournament_size": 3},
