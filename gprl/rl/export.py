@@ -93,7 +93,7 @@ def readable(expr: sympy.Expr, digits: int = 4) -> sympy.Expr:
                 if sympy.count_ops(s) <= sympy.count_ops(e) and not s.has(sympy.ITE):
                     e = s
         except (Exception, _OutOfTime):  # noqa: BLE001, S110  (simplify may fail on exotic forms, or its
-            # alarm land as sympy raises; the folded form is still right)
+            # alarm land while sympy raises; the folded form is still right)
             pass
     return e
 
@@ -107,22 +107,22 @@ def simplify_within(expr: sympy.Expr, seconds: float) -> sympy.Expr | None:
     thread; elsewhere, or where the platform has no timer, it is not tried)."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         return None
-    armed = [True]  # an alarm landing once simplify has returned (before the disarm) is ignored
+    armed = True  # an alarm landing once simplify has returned (before the disarm) is ignored
 
     def out_of_time(signum, frame):
-        if armed[0]:
+        if armed:
             raise _OutOfTime
 
     previous = signal.signal(signal.SIGALRM, out_of_time)
     try:  # the timer starts inside: a short bound can fire before sympy is even called
         signal.setitimer(signal.ITIMER_REAL, seconds)
         result = sympy.simplify(expr)
-        armed[0] = False
+        armed = False
         return result
     except _OutOfTime:
         return None
     finally:
-        armed[0] = False
+        armed = False
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
 
