@@ -138,6 +138,19 @@ class ActionMap:
             return torch.minimum(torch.maximum(y, self.low), self.high)
         return y  # argmax/none: the environment maps scores / clips
 
+    def unit(self, y: torch.Tensor) -> torch.Tensor:
+        """Outputs ``[..., n_out]`` as actions in units of each one's half range about its centre (argmax:
+        the one-hot choice; none: the outputs): where two policies' actions are compared."""
+        if self.transform == "tanh":
+            return torch.tanh(y)
+        if self.transform == "clip":
+            center, half = (t.to(y.device) for t in self.center_half)
+            low, high = self.low.to(y.device), self.high.to(y.device)
+            return (torch.minimum(torch.maximum(y, low), high) - center) / half
+        if self.transform == "argmax":
+            return torch.nn.functional.one_hot(y.argmax(-1), y.shape[-1]).to(y.dtype)
+        return y
+
     def state_dict(self) -> dict:
         return {"transform": self.transform, "low": None if self.low is None else self.low.cpu().tolist(),
                 "high": None if self.high is None else self.high.cpu().tolist()}
