@@ -53,6 +53,7 @@ class TaskSchema:
     final_candidates: int | None = None     # policy: the last generation's best, validated too; null: 0
     validation_keep: Any = None             # policy: the share validated again; false or null: one round
     refine: Any = None                      # policy: {share, iterations, pairs, top, sigma, step} or false
+    simplify: Any = None                    # policy: the share a tree simplified by evaluation may give up
     digits: int = 4
     metric: str | None = None              # sr / classification: the training loss
     model_selection: str | None = None     # sr / classification: the rule on the Pareto front

@@ -111,11 +111,16 @@ def test_prune_exports_the_shortest_candidate_within_its_share_of_the_best():
                                                            "eliminated": True},
             {"validation_return": 96.0, "length": 20}, {"validation_return": 96.5, "length": 20},
             {"validation_return": 94.9, "length": 10}]
+    task.simplify = None
     for prune, pick in [(None, 0), (0.0, 0), (0.05, 3), (0.06, 4)]:
         task.refine_settings = RefineSettings(share=0.3, prune=prune)
         assert task._pick(rows) == pick, prune
     task.refine_settings = None
     assert task._pick(rows) == 0
+    for simplify, prune, pick in [(0.06, None, 4), (0.05, 0.06, 4), (0.06, 0.05, 4), (0.0, 0.05, 3)]:
+        task.simplify = simplify  # task.simplify's share, the larger where both are set
+        task.refine_settings = RefineSettings(share=0.3, prune=prune)
+        assert task._pick(rows) == pick, (simplify, prune)
 
 
 def test_progress_lines_come_by_the_clock_not_by_the_iteration_count(monkeypatch):

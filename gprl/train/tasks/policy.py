@@ -13,6 +13,7 @@ from gprl import envs
 from gprl.core.population import Population
 from gprl.core.seeds import mix_seed
 from gprl.evolve.draws import Draws
+from gprl.evolve.simplify import simplify
 from gprl.rl.export import export_policy
 from gprl.rl.policy import ActionMap, ObsNormalizer, PolicyEvaluation, evaluate_policies
 from gprl.rl.refine import (
@@ -28,6 +29,15 @@ from gprl.rl.refine import (
 from gprl.train.checkpoint import population_from_state, population_state
 from gprl.train.distributed import Dist
 from gprl.train.tasks.base import Task
+
+# task.simplify: how far (root mean square, in units of each action's half range) the simplified trees'
+# actions may move from the exported tree's on its own episodes; a candidate per tolerance, each going on from
+# the last
+SIMPLIFY_SHARE = 0.02  # task.simplify's default: the share of the best validated return a shorter tree may lose
+SIMPLIFY_TOLERANCES = (0.005, 0.01, 0.02, 0.04, 0.08)
+SIMPLIFY_EPISODES = 16  # episodes whose observations the simplification compares actions on
+SIMPLIFY_ROWS = 2048  # of their observations, drawn at random
+SIMPLIFY_SECONDS = 30.0  # per tolerance: the tree reached by then is the candidate
 
 
 def racing_shares(racing: dict[str, Any] | None) -> tuple[float, float, int | None]:
@@ -108,7 +118,7 @@ class PolicyTask(Task):
                  parsimony: float = 0.0, hall_of_fame: int = 8, validation_episodes: int | None = 10,
                  final_candidates: int = 0, digits: int = 4, dist: Dist | None = None,
                  refine: dict[str, Any] | None = None, validation_keep: float | None = None,
-                 draws: Draws | None = None):
+                 draws: Draws | None = None, simplify: float | None = None):
         name = env_cfg["name"]
         self.draws = draws or Draws()  # each draw of gp.draws plays its own episode schedule
         backend = env_cfg.get("backend", "auto")
@@ -170,6 +180,13 @@ class PolicyTask(Task):
                              f"second validation round), false or null (one round), got {validation_keep!r}")
         self.validation_episodes, self.final_candidates = validation_episodes, final_candidates
         self.validation_keep = validation_keep
+        if simplify is False:  # off where a per-backend default turns it on
+            simplify = None
+        if simplify is not None and (isinstance(simplify, bool) or not isinstance(simplify, (int, float))
+                                     or not 0 <= simplify < 1):
+            raise ValueError("task.simplify must be a share in [0, 1) (of the best validated return that a "
+                             f"tree simplified by evaluation may give up), false or null, got {simplify!r}")
+        self.simplify = simplify
         self.refine_settings = RefineSettings.from_config(refine)
         self.refine_share = self.refine_settings.share if self.refine_settings else 0.0
         self.validated: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None  # by refine()
@@ -189,7 +206,8 @@ class PolicyTask(Task):
                    validation_episodes=task.get("validation_episodes"),
                    final_candidates=int(task.get("final_candidates") or 0), digits=int(task.get("digits", 4)),
                    dist=dist, refine=task.get("refine"), validation_keep=task.get("validation_keep"),
-                   draws=Draws.from_config(gp))
+                   draws=Draws.from_config(gp),
+                   simplify=SIMPLIFY_SHARE if task.get("simplify") is None else task["simplify"])
 
     def fingerprint(self) -> dict[str, Any]:
         return {"task": "policy", "env": self.name, "obs_dim": self.n_in, "n_out": self.n_out,
@@ -377,7 +395,7 @@ class PolicyTask(Task):
                 returns = ev.returns.cpu()
         returns = dist.gather(returns, n, "gathering the validation returns", per=per)
         return [{"generation": h["generation"], "source": h["source"],
-                 **({"terms": h["terms"]} if "terms" in h else {}),
+                 **{k: h[k] for k in ("terms", "tolerance") if k in h},
                  "train_return": h.get("return", h["fitness"]),
                  "validation_return": float(returns[starts[k]:starts[k] + sizes[k]].mean()),
                  "validation_seed": seed + starts[k], "validation_episodes": sizes[k],
@@ -390,10 +408,12 @@ class PolicyTask(Task):
         return int(np.nanargmax([-np.inf if r.get("eliminated") else r["validation_return"] for r in rows]))
 
     def _pick(self, rows: list[dict[str, Any]]) -> int:
-        """The exported row: the best, or with ``task.refine.prune`` the shortest tree whose validation
-        return is within that share of the best's (the higher return among equally short ones)."""
+        """The exported row: the best, or with ``task.refine.prune`` or ``task.simplify`` the shortest tree
+        whose validation return is within that share (the larger of the two) of the best's (the higher
+        return among equally short ones)."""
         best = self._best(rows)
-        share = self.refine_settings.prune if self.refine_settings else None
+        prune = self.refine_settings.prune if self.refine_settings else None
+        share = max(prune or 0.0, self.simplify or 0.0)
         if not share:
             return best
         floor = rows[best]["validation_return"] - share * abs(rows[best]["validation_return"])
@@ -495,6 +515,63 @@ class PolicyTask(Task):
         stats.freeze()
         return stats.std.cpu()
 
+    def _simplified(self, cands: list[dict[str, Any]], rows: list[dict[str, Any]]
+                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """``task.simplify``: the tree that would be exported, simplified by evaluation
+        (:mod:`gprl.evolve.simplify`) at each of :data:`SIMPLIFY_TOLERANCES` on the observations of its own
+        episodes, its actions compared in units of their half ranges; the shorter trees are validated beside
+        the candidates (on the first validation round's starts). Rank 0 simplifies, every rank validates."""
+        h = cands[self._pick(rows)]
+        tree = population_from_state(h["tree"], "cpu")
+        X = self._visited(h)
+        found: list[dict[str, Any]] = []
+        if self.dist.is_main:
+            reference = self.action_map.unit(tree.forward(X, check_finite=False))[0]
+            simpler = tree
+            for tolerance in SIMPLIFY_TOLERANCES:
+                simpler = simplify(simpler, X, tolerance, self.action_map.unit, reference, SIMPLIFY_SECONDS)
+                shortest = found[-1]["tree"]["size"][0, 0] if found else tree.size[0, 0]
+                if simpler.size[0, 0] < shortest:
+                    found.append({**h, "tree": population_state(simpler), "fitness": None,
+                                  "source": "simplified", "tolerance": tolerance})
+        found = self.dist.broadcast_object(found, "sharing the simplified trees")
+        if not found:
+            return cands, rows
+        new = self._play(found, self._validation_size(len(found)), self._seed(0x5EED, 1))  # as validate
+        return cands + found, rows + new
+
+    def _visited(self, h: dict[str, Any]) -> torch.Tensor:
+        """Up to :data:`SIMPLIFY_ROWS` normalised observations ``[D, n_in]`` (CPU) of candidate ``h``'s live
+        steps in :data:`SIMPLIFY_EPISODES` fresh full-length episodes (rank 0's; the other ranks return
+        none). Where validation fills the training batch (a Brax batch of another size compiles anew) the
+        training environment plays and its first episodes are kept."""
+        if not self.dist.is_main:
+            return torch.zeros(0, self.n_in)
+        reuse = self.validation_episodes == 0 and self.train_kwargs == self.env_kwargs
+        env = self.env if reuse else envs.make(self.name, backend=self.backend, num_envs=SIMPLIFY_EPISODES,
+                                               device=self.device, seed=self.seed,
+                                               episode_length=self.final_length, **self.env_kwargs)
+        tree = population_from_state(h["tree"], self.device)
+        mean, std = h["mean"].to(self.device), h["std"].to(self.device)
+        kept = min(SIMPLIFY_EPISODES, env.num_envs)
+        seen: list[torch.Tensor] = []
+
+        def policy(obs: torch.Tensor) -> torch.Tensor:
+            x = (obs - mean) / std
+            live = ~env.done[:kept]  # ended episodes' observations are not the policy's (they may be NaN)
+            seen.append(x.reshape(-1, self.n_in)[:kept][live])
+            return self.action_map(tree.forward(x.reshape(-1, self.n_in), check_finite=False)
+                                   .reshape(*obs.shape[:-1], -1))
+
+        try:
+            envs.rollout(env, policy, env.num_envs, 1, self.final_length, seed=self._seed(0x5EED, 5))
+        finally:
+            if not reuse:
+                env.close()
+        X = torch.cat(seen).cpu()
+        pick = torch.randperm(len(X), generator=torch.Generator().manual_seed(self._seed(0x5EED, 6)))
+        return X[pick[:SIMPLIFY_ROWS]]
+
     def finish(self, population: Population, fitness: torch.Tensor | None, out_dir: str) -> dict[str, Any]:
         if not self.hof:
             raise RuntimeError("no generation was evaluated: nothing to export")
@@ -503,6 +580,8 @@ class PolicyTask(Task):
         else:
             cands = self.candidates()
             _, rows = self.validate(cands)  # on every rank (each plays its share)
+        if self.simplify is not None:
+            cands, rows = self._simplified(cands, rows)
         best = self._pick(rows)
         h = cands[best]
         tree = population_from_state(h["tree"], "cpu")
