@@ -30,10 +30,9 @@ from gprl.train.checkpoint import population_from_state, population_state
 from gprl.train.distributed import Dist
 from gprl.train.tasks.base import Task
 
-# task.simplify: how far (root mean square, in units of each action's half range) the simplified trees'
-# actions may move from the exported tree's on its own episodes; a candidate per tolerance, each going on from
-# the last
-SIMPLIFY_SHARE = 0.02  # task.simplify's default: the share of the best validated return a shorter tree may lose
+SIMPLIFY_SHARE = 0.02  # task.simplify's default: the share of the best validated return it may lose
+# how far (root mean square, in units of each action's half range) the simplified trees' actions may move from
+# the exported tree's on its own episodes; a candidate per tolerance, each going on from the last
 SIMPLIFY_TOLERANCES = (0.005, 0.01, 0.02, 0.04, 0.08)
 SIMPLIFY_EPISODES = 16  # episodes whose observations the simplification compares actions on
 SIMPLIFY_ROWS = 2048  # of their observations, drawn at random
@@ -525,7 +524,7 @@ class PolicyTask(Task):
         tree = population_from_state(h["tree"], "cpu")
         X = self._visited(h)
         found: list[dict[str, Any]] = []
-        if self.dist.is_main:
+        if self.dist.is_main and len(X):
             reference = self.action_map.unit(tree.forward(X, check_finite=False))[0]
             simpler = tree
             for tolerance in SIMPLIFY_TOLERANCES:
