@@ -22,11 +22,10 @@ from collections.abc import Callable
 
 import torch
 
-from gprl.core.encoding import CONST, FUNC, KIND_MASK, OUTPUT_FLAG
+from gprl.core.encoding import CONST, FUNC, KIND_MASK, MAX_LEN_LIMIT, OUTPUT_FLAG
+from gprl.core.functions import BOUND
 from gprl.core.population import Population
 from gprl.evolve.variation import vary
-
-MAX_ROUNDS = 1000  # a round shortens the tree by at least one node: a bound no tree of max_len reaches
 
 
 def _nodes(kind: list[int], out: list[int], size: list[int], values: torch.Tensor, n_in: int, n_out: int,
@@ -81,7 +80,8 @@ def _candidates(tree: Population, values: torch.Tensor) -> tuple[Population, tor
     children = torch.tensor(children, dtype=torch.long, device=dev)
     # donors: the tree itself (row 0), then a constant per function node: its mean value
     F = len(fn)
-    consts = _nodes([CONST], [0], [1], values[fn].mean(1), tree.n_in, tree.n_out, tree.max_len)
+    mean = values[fn].double().mean(1).clamp(-BOUND, BOUND)  # saturated values stay finite constants
+    consts = _nodes([CONST], [0], [1], mean, tree.n_in, tree.n_out, tree.max_len)
     node = torch.cat([fn, hoisted])
     cands = _exchange(tree, node, Population.cat([tree, consts]),
                       torch.cat([torch.arange(1, F + 1, device=dev), torch.zeros_like(hoisted)]),
@@ -111,7 +111,7 @@ def simplify(tree: Population, X: torch.Tensor, tolerance: float,
     if reference is None:
         reference = compare(tree.forward(X, check_finite=False))[0]
     begin = time.perf_counter()
-    for _ in range(MAX_ROUNDS):
+    for _ in range(MAX_LEN_LIMIT):  # each round shortens the tree
         if seconds is not None and time.perf_counter() - begin > seconds:
             break
         cands, node, saved = _candidates(tree, node_values(tree, X))
