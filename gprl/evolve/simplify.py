@@ -123,11 +123,11 @@ def simplify(tree: Population, X: torch.Tensor, tolerance: float,
             break
         # most nodes saved first (the smaller deviation among equals), then every disjoint one after it
         order = sorted(fits.tolist(), key=lambda k: (-int(saved[k]), float(dev[k])))
-        size = tree.size[0].long().tolist()
+        at, size = node.tolist(), tree.size[0].tolist()
         taken: list[int] = []
         for k in order:
-            i = int(node[k])
-            if all(i + size[i] <= int(node[j]) or int(node[j]) + size[int(node[j])] <= i for j in taken):
+            i = at[k]
+            if all(i + size[i] <= at[j] or at[j] + size[at[j]] <= i for j in taken):
                 taken.append(k)
         step = _apply(tree, cands, node, taken)
         if len(taken) > 1 and float(_deviation(step.forward(X, check_finite=False), reference, compare)[0]) \

@@ -526,13 +526,13 @@ class PolicyTask(Task):
         found: list[dict[str, Any]] = []
         if self.dist.is_main and len(X):
             reference = self.action_map.unit(tree.forward(X, check_finite=False))[0]
-            simpler = tree
+            last = tree
             for tolerance in SIMPLIFY_TOLERANCES:
-                simpler = simplify(simpler, X, tolerance, self.action_map.unit, reference, SIMPLIFY_SECONDS)
-                shortest = found[-1]["tree"]["size"][0, 0] if found else tree.size[0, 0]
-                if simpler.size[0, 0] < shortest:
+                simpler = simplify(last, X, tolerance, self.action_map.unit, reference, SIMPLIFY_SECONDS)
+                if simpler.size[0, 0] < last.size[0, 0]:  # unchanged: no new candidate
                     found.append({**h, "tree": population_state(simpler), "fitness": None,
                                   "source": "simplified", "tolerance": tolerance})
+                last = simpler
         found = self.dist.broadcast_object(found, "sharing the simplified trees")
         if not found:
             return cands, rows
