@@ -64,6 +64,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("policies", nargs="+")
     ap.add_argument("--env", default="halfcheetah")
+    ap.add_argument("--backend", default="brax", help="brax (generalized pipeline) or mujoco (native, CPU)")
     ap.add_argument("--episodes", type=int, default=1, help="episodes a perturbation")
     ap.add_argument("--seconds", type=float, default=80.0)
     ap.add_argument("--targets", nargs="+", default=["feedback:0.01", "constants:0.02"],
@@ -75,8 +76,10 @@ def main() -> None:
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     E = args.episodes
     n = 2 * args.pairs * E  # one batch of environments: the perturbations' and the validation's
-    env = envs.make(args.env, backend="brax", num_envs=n, device=dev, episode_length=1000,
-                    pipeline="generalized")
+    kwargs = {"pipeline": "generalized"} if args.backend == "brax" else {}
+    if args.backend == "mujoco":
+        dev = torch.device("cpu")
+    env = envs.make(args.env, backend=args.backend, num_envs=n, device=dev, episode_length=1000, **kwargs)
     amap = ActionMap.for_env(env, "tanh")
     zero, one = torch.zeros(env.obs_dim, device=dev), torch.ones(env.obs_dim, device=dev)
 
