@@ -1,6 +1,7 @@
 """How much the refinement (``gprl.rl.refine``) adds to given Brax policies (``--env``, HalfCheetah unless
-given): each policy.txt's formulas (raw observation units, tanh actions) become one tree; it plays 2 *
-``--pairs`` * ``--episodes`` fresh 1000-step episodes of the generalized pipeline, then each
+given; ``--backend mujoco``: native MuJoCo on the CPU instead): each policy.txt's formulas (raw observation
+units, tanh actions) become one tree; it plays 2 * ``--pairs`` * ``--episodes`` fresh 1000-step episodes
+(Brax: the generalized pipeline), then each
 ``--targets`` entry (target:sigma, stepping by sigma or ``--step``) tunes it for ``--seconds``
 (``--pairs`` antithetic perturbations of ``--episodes`` episodes each, the best ``--top`` stepping) and
 the result plays the same fresh episodes; a target ``a:s1+b:s2`` tunes ``a``, then ``b`` on its result,
@@ -64,7 +65,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("policies", nargs="+")
     ap.add_argument("--env", default="halfcheetah")
-    ap.add_argument("--backend", default="brax", help="brax (generalized pipeline) or mujoco (native, CPU)")
+    ap.add_argument("--backend", default="brax", choices=["brax", "mujoco"],
+                    help="brax (generalized pipeline, the GPU where there is one) or mujoco (native, CPU)")
     ap.add_argument("--episodes", type=int, default=1, help="episodes a perturbation")
     ap.add_argument("--seconds", type=float, default=80.0)
     ap.add_argument("--targets", nargs="+", default=["feedback:0.01", "constants:0.02"],
@@ -73,12 +75,11 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=64)
     ap.add_argument("--step", type=float, default=None, help="the step (default: each target's sigma)")
     args = ap.parse_args()
-    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    brax = args.backend == "brax"
+    dev = torch.device("cuda" if brax and torch.cuda.is_available() else "cpu")
     E = args.episodes
     n = 2 * args.pairs * E  # one batch of environments: the perturbations' and the validation's
-    kwargs = {"pipeline": "generalized"} if args.backend == "brax" else {}
-    if args.backend == "mujoco":
-        dev = torch.device("cpu")
+    kwargs = {"pipeline": "generalized"} if brax else {}
     env = envs.make(args.env, backend=args.backend, num_envs=n, device=dev, episode_length=1000, **kwargs)
     amap = ActionMap.for_env(env, "tanh")
     zero, one = torch.zeros(env.obs_dim, device=dev), torch.ones(env.obs_dim, device=dev)
