@@ -45,7 +45,8 @@ from gprl.core.population import Population
 from gprl.evolve.constants import constant_slots, with_values
 from gprl.rl.policy import ActionMap
 
-REFINE_KEYS = ("share", "iterations", "pairs", "top", "sigma", "step", "keep", "target", "episodes", "prune")
+REFINE_KEYS = ("share", "iterations", "pairs", "top", "sigma", "step", "keep", "target", "episodes", "prune",
+               "horizon")
 TARGETS = ("feedback", "constants")
 LOG_EVERY_S = 30.0  # a progress line at the first iteration, then at most one per this many seconds
 PRUNE_TERMS = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # weights per action the pruned feedbacks keep
@@ -58,8 +59,10 @@ class RefineSettings:
     (a cap, or the budget without a share), ``pairs`` of perturbations per iteration (null: half the training
     batch, whose environments are then reused), the ``top`` pairs that step, ``sigma``, ``step``, ``keep``
     (weights per action tuned after half the refinement; null: every observation's), the ``target`` tuned
-    (``feedback`` or ``constants``), the ``episodes`` each perturbation plays (their mean scores it) and
-    ``prune`` (the share of the best validated return a shorter pruned feedback may give up; null: none)."""
+    (``feedback`` or ``constants``), the ``episodes`` each perturbation plays (their mean scores it),
+    ``prune`` (the share of the best validated return a shorter pruned feedback may give up; null: none) and
+    ``horizon`` (steps of each perturbation's episodes; null: the full episode length): where a step is
+    costly, shorter episodes buy more iterations."""
 
     share: float = 0.0
     iterations: int | None = None
@@ -71,6 +74,7 @@ class RefineSettings:
     target: str = "feedback"
     episodes: int = 1
     prune: float | None = None
+    horizon: int | None = None  # null: the full episode length
 
     @classmethod
     def from_config(cls, refine: dict[str, Any] | bool | None) -> RefineSettings | None:
@@ -90,7 +94,7 @@ class RefineSettings:
         if s.target not in TARGETS:
             raise ValueError(f"task.refine.target must be one of {list(TARGETS)} (a linear feedback term, or "
                              f"the tree's own constants), got {s.target!r}")
-        for name in ("iterations", "pairs", "top", "keep", "episodes"):
+        for name in ("iterations", "pairs", "top", "keep", "episodes", "horizon"):
             v = getattr(s, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"task.refine.{name} must be a positive integer or null, got {v!r}")

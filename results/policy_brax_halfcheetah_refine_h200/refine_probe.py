@@ -1,14 +1,13 @@
 """How much the refinement (``gprl.rl.refine``) adds to given Brax policies (``--env``, HalfCheetah unless
 given; ``--backend mujoco``: native MuJoCo on the CPU instead): each policy.txt's formulas (raw observation
-units, tanh actions) become one tree; it plays 2 * ``--pairs`` * ``--episodes`` fresh 1000-step episodes
-(Brax: the generalized pipeline), then each
-``--targets`` entry (target:sigma, stepping by sigma or ``--step``) tunes it for ``--seconds``
-(``--pairs`` antithetic perturbations of ``--episodes`` episodes each, the best ``--top`` stepping) and
-the result plays the same fresh episodes; a target ``a:s1+b:s2`` tunes ``a``, then ``b`` on its result,
-half the seconds each. ``python refine_probe.py [--seconds S] [--targets feedback:0.01 constants:0.02]
-policy.txt...`` prints a JSON line per policy and target. The feedback perturbs each observation's weight
-in units of 1 / its spread on those episodes (the tree plays raw observations), as a tree on normalised
-observations would."""
+units, tanh actions) become one tree; it plays 2 * ``--pairs`` * ``--episodes`` (or ``--validation-episodes``)
+fresh 1000-step episodes (Brax: the generalized pipeline), then each ``--targets`` entry (target:sigma,
+stepping by sigma or ``--step``) tunes it for ``--seconds`` (``--pairs`` antithetic perturbations of
+``--episodes`` episodes each, ``--horizon`` steps long, the best ``--top`` stepping) and the result plays the
+same fresh episodes; a target ``a:s1+b:s2`` tunes ``a``, then ``b`` on its result, half the seconds each.
+``python refine_probe.py [--seconds S] [--targets feedback:0.01 constants:0.02] policy.txt...`` prints a JSON
+line per policy and target. The feedback perturbs each observation's weight in units of 1 / its spread on
+those episodes (the tree plays raw observations), as a tree on normalised observations would."""
 
 import argparse
 import json
@@ -43,9 +42,8 @@ def tree_of(path: str, names: list[str]) -> Population:
     xs = sp.symbols([f"x{i}" for i in range(len(names))])
     local = {**dict(zip(names, syms)), "gt": F.gt, "lt": F.lt, "Min": sp.Min, "Max": sp.Max}
     outs = []
-    with open(path) as f:
-        lines = sorted((line.split(" = ", 1) for line in f.read().splitlines() if line.startswith("a")),
-                       key=lambda kv: int(kv[0][1:]))
+    with open(path) as f:  # one "<action> = <formula>" line per action, in the actions' order
+        lines = [line.split(" = ", 1) for line in f.read().splitlines() if " = " in line and line[0] != "#"]
     for _, text in lines:
         e = sp.sympify(text, locals=local)
         if e.func == sp.tanh:
@@ -74,6 +72,11 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=128)
     ap.add_argument("--top", type=int, default=64)
     ap.add_argument("--step", type=float, default=None, help="the step (default: each target's sigma)")
+    ap.add_argument("--horizon", type=int, default=1000, help="steps of the perturbations' episodes")
+    ap.add_argument("--reward-shift", type=float, default=0.0,
+                    help="subtracted from every live step's reward in the perturbations' scores")
+    ap.add_argument("--validation-episodes", type=int, default=None,
+                    help="fresh 1000-step episodes before and after (default: 2 * pairs * episodes)")
     args = ap.parse_args()
     brax = args.backend == "brax"
     dev = torch.device("cuda" if brax and torch.cuda.is_available() else "cpu")
@@ -81,13 +84,16 @@ def main() -> None:
     n = 2 * args.pairs * E  # one batch of environments: the perturbations' and the validation's
     kwargs = {"pipeline": "generalized"} if brax else {}
     env = envs.make(args.env, backend=args.backend, num_envs=n, device=dev, episode_length=1000, **kwargs)
+    V = args.validation_episodes or n
+    venv = env if V == n else envs.make(args.env, backend=args.backend, num_envs=V, device=dev,
+                                        episode_length=1000, **kwargs)
     amap = ActionMap.for_env(env, "tanh")
     zero, one = torch.zeros(env.obs_dim, device=dev), torch.ones(env.obs_dim, device=dev)
 
     def validate(tree: Population, mean: torch.Tensor, std: torch.Tensor
                  ) -> tuple[float, float, torch.Tensor]:
         stats = ObsNormalizer(env.obs_dim, dev)
-        ev = evaluate_policies(tree.to(dev), env, amap, mean.to(dev), std.to(dev), n, 1000,
+        ev = evaluate_policies(tree.to(dev), venv, amap, mean.to(dev), std.to(dev), V, 1000,
                                seed=VALIDATION_SEED, stats=stats)
         stats.freeze()
         r = ev.episode_returns[0].double().cpu()
@@ -110,9 +116,11 @@ def main() -> None:
             p = params.to(dev)
             if target == "constants":
                 trees, means, stds = with_numbers(tree, p)
-                return evaluate_policies(trees, env, amap, means, stds, E, 1000, seed=seed).returns
+                ev = evaluate_policies(trees, env, amap, means, stds, E, args.horizon, seed=seed)
+                return ev.returns - args.reward_shift * ev.lengths
             policy = linear_policy(tree, p, mean, std, amap)
-            return envs.rollout(env, policy, len(p), E, seed=seed).mean_return
+            res = envs.rollout(env, policy, len(p), E, max_steps=args.horizon, seed=seed)
+            return res.mean_return - args.reward_shift * res.mean_length
 
         done = refine(start, 2 * args.pairs, settings, seconds, 1, play, scale=scale)
         if target == "constants":
@@ -125,7 +133,7 @@ def main() -> None:
         t0 = time.perf_counter()
         before, se, spread = validate(start_tree, zero, one)
         print(json.dumps({"policy": path, "target": None, "validation": round(before, 2), "se": round(se, 2),
-                          "episodes": n, "s": round(time.perf_counter() - t0, 1)}), flush=True)
+                          "episodes": V, "s": round(time.perf_counter() - t0, 1)}), flush=True)
         for spec in args.targets:
             steps = [(part.split(":")[0], float(part.split(":")[1])) for part in spec.split("+")]
             tree, mean, std, runs = start_tree, zero, one, []
@@ -139,7 +147,8 @@ def main() -> None:
                              + ([round(hist[-1], 2)] if hist else [])})
             after, se_after, _ = validate(tree, mean, std)
             print(json.dumps({"policy": path, "target": spec, "step": args.step, "pairs": args.pairs,
-                              "top": args.top, "episodes": E, "validation": round(after, 2),
+                              "top": args.top, "episodes": E, "horizon": args.horizon,
+                              "reward_shift": args.reward_shift, "validation": round(after, 2),
                               "se": round(se_after, 2), "gain": round(after - before, 2), "runs": runs}),
                   flush=True)
 

@@ -53,6 +53,7 @@ def test_fold_computes_the_tree_plus_the_linear_term():
     ({"share": 0.3, "prune": 1.0}, "prune must be a share in"),
     ({"share": 0.3, "prune": True}, "prune must be a share in"),
     ({"share": 0.3, "target": "constants", "prune": 0.01}, "prune prunes feedback weights"),
+    ({"share": 0.3, "horizon": 0}, "horizon must be a positive integer"),
 ])
 def test_settings_name_the_bad_entry(refine_cfg, match):
     with pytest.raises(ValueError, match=match):
@@ -381,3 +382,39 @@ def test_the_feedback_on_raw_observations_is_scaled_by_their_spread_under_the_be
             torch.testing.assert_close(seen[-1], feedback_scale(spread), rtol=1e-5, atol=0)
         finally:
             task.close()
+
+
+@pytest.mark.parametrize("target", ["feedback", "constants"])
+def test_the_refinement_plays_episodes_of_its_horizon(monkeypatch, target):
+    """``horizon: 10`` of 40-step episodes: every perturbation's episode stops within 10 steps, and the
+    refined tree is validated on full-length episodes as before."""
+    import gprl.rl.policy as policy_module
+
+    calls = []
+    real = envs.rollout
+
+    def spy(*args, **kwargs):
+        result = real(*args, **kwargs)
+        calls.append((kwargs.get("max_steps"), float(result.lengths.max())))
+        return result
+
+    monkeypatch.setattr(envs, "rollout", spy)
+    monkeypatch.setattr(policy_module, "rollout", spy)
+    cfg = {"name": "hopper", "backend": "mujoco", "episode_length": 40, "kwargs": {"nthread": 1}}
+    task = PolicyTask(cfg, pop_size=16, seed=3, device="cpu", validation_episodes=3,
+                      refine={"iterations": 2, "pairs": 4, "target": target, "horizon": 10})
+    try:
+        task.evaluate(gprl.Population.random(16, task.n_in, task.n_out, max_len=32, seed=5), generation=0)
+        calls.clear()
+        task.refine(None)
+        short = [longest for steps, longest in calls if steps == 10]
+        assert len(short) == 2 and max(short) <= 10  # one batch an iteration
+        assert all(steps in (None, 40) for steps, _ in calls if steps != 10)  # validation: full length
+    finally:
+        task.close()
+
+
+def test_a_horizon_past_the_episode_names_both():
+    cfg = {"name": "hopper", "backend": "mujoco", "episode_length": 40, "kwargs": {"nthread": 1}}
+    with pytest.raises(ValueError, match=r"task.refine.horizon \(50\) must be at most env.episode_length \(40\)"):
+        PolicyTask(cfg, pop_size=16, seed=3, device="cpu", refine={"iterations": 2, "horizon": 50})

@@ -187,6 +187,11 @@ class PolicyTask(Task):
                              f"tree simplified by evaluation may give up), false or null, got {simplify!r}")
         self.simplify = simplify
         self.refine_settings = RefineSettings.from_config(refine)
+        horizon = self.refine_settings and self.refine_settings.horizon
+        if horizon and horizon > self.final_length:
+            self.env.close()
+            raise ValueError(f"task.refine.horizon ({horizon}) must be at most env.episode_length "
+                             f"({self.final_length}): the steps of each perturbation's episodes")
         self.refine_share = self.refine_settings.share if self.refine_settings else 0.0
         self.validated: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None  # by refine()
         self.env_kwargs = kwargs
@@ -436,7 +441,7 @@ class PolicyTask(Task):
         constants = settings.target == "constants"
         start, scale = tree_numbers(tree, h["mean"], h["std"]) if constants else \
             (torch.zeros(self.n_out, self.n_in + 1), None)
-        E = settings.episodes
+        E, steps = settings.episodes, settings.horizon or self.final_length
         # n items of `per` environments: the training batch's (pairs null), or 2·pairs samples of E episodes
         n, per = (self.pop_size, self.episodes) if settings.pairs is None else (2 * settings.pairs, E)
         dist.check_shardable(n, "2 * task.refine.pairs", "perturbation")
@@ -454,12 +459,11 @@ class PolicyTask(Task):
             with dist.agree("refining the best tree"):
                 if constants:
                     trees, means, stds = with_numbers(tree, mine)
-                    ev = evaluate_policies(trees, env, self.action_map, means, stds, E, self.final_length,
-                                           seed=seed)
+                    ev = evaluate_policies(trees, env, self.action_map, means, stds, E, steps, seed=seed)
                     ret, lengths = ev.returns, ev.lengths  # means over the E episodes, [samples]
                 else:
                     policy = linear_policy(tree, mine, mean, std, self.action_map)
-                    res = envs.rollout(env, policy, len(mine), E, seed=seed)
+                    res = envs.rollout(env, policy, len(mine), E, max_steps=steps, seed=seed)
                     ret, lengths = res.mean_return, res.mean_length
             score = ret - shift * lengths if shift else ret
             return dist.gather(score, n, "gathering the refinement's returns", per=per // E)
