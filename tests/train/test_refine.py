@@ -416,5 +416,6 @@ def test_the_refinement_plays_episodes_of_its_horizon(monkeypatch, target):
 
 def test_a_horizon_past_the_episode_names_both():
     cfg = {"name": "hopper", "backend": "mujoco", "episode_length": 40, "kwargs": {"nthread": 1}}
-    with pytest.raises(ValueError, match=r"task.refine.horizon \(50\) must be at most env.episode_length \(40\)"):
+    match = r"task.refine.horizon \(50\) must be at most env.episode_length \(40\)"
+    with pytest.raises(ValueError, match=match):
         PolicyTask(cfg, pop_size=16, seed=3, device="cpu", refine={"iterations": 2, "horizon": 50})
