@@ -456,6 +456,9 @@ class Run:
                        "mean_size": float(generation.populations[0].lengths().float().mean()),
                        "total_env_steps": self.total_steps, "env_steps_per_s": steps / max(dt, 1e-9),
                        "generation_s": dt, "elapsed_s": elapsed}
+                if self.gp.islands > 1:  # each island's best fitness: which of the searches leads
+                    loss = S.loss_of(fitness, task.maximize).view(self.gp.islands, -1).min(1).values
+                    row["island_best_fitness"] = [-x if task.maximize else x for x in loss.tolist()]
                 draw = self.draws.index(g)
                 draw = self.continued if draw is None else draw
                 if draw is not None:  # gp.draws: which draw the generation belongs to, from 1
