@@ -1,39 +1,21 @@
 """Plays Brax policies' readable formulas (policy.txt: 4 significant digits, raw observation units) on fresh
-1000-step episodes of the generalized pipeline on JAX's default device, without gprl's evaluator; an episode
-that ends (a fall) adds no reward after its last step.
-``python replay_policy_txt.py TASK EPISODES SEED policy.txt...`` prints a JSON line per file."""
+1000-step episodes of the generalized pipeline on JAX's default device, for tasks whose episodes end: an
+episode that ends (a fall) adds no reward after its last step. The formulas are read by
+``policy_brax_swimmer_refine_constants/replay_policy_txt.py``.
+``python replay_formulas_ending.py TASK EPISODES SEED policy.txt...`` prints a JSON line per file."""
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
-import sympy as sp
-from gprl.envs.brax_env import _obs_names, patch_brax_for_jax
 
-from gprl.core import functions as F
-
-patch_brax_for_jax()
-import jax  # after the patch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "policy_brax_swimmer_refine_constants"))
+import jax
 import jax.numpy as jnp
 from brax import envs
-
-MODULES = [{"gt": lambda a, b: jnp.where(a > b, 1.0, -1.0), "lt": lambda a, b: jnp.where(a < b, 1.0, -1.0),
-            "Min": jnp.minimum, "Max": jnp.maximum}, "jax"]
-
-
-def policy(path: str, names: list[str]):
-    """``act(obs) -> action`` from the formulas of a policy.txt (``a<k> = ...``) over ``names``."""
-    syms = sp.symbols(names)
-    local = {**dict(zip(names, syms)), "gt": F.gt, "lt": F.lt, "Min": sp.Min, "Max": sp.Max, "tanh": sp.tanh}
-    with open(path) as f:
-        lines = [line.split(" = ", 1) for line in f.read().splitlines() if line.startswith("a")]
-    lines.sort(key=lambda kv: int(kv[0][1:]))  # a10 after a9
-    fs = [sp.lambdify([syms], sp.sympify(text, locals=local), modules=MODULES) for _, text in lines]
-
-    def act(obs):
-        return jnp.clip(jnp.stack([jnp.asarray(f(list(obs)), jnp.float32) * jnp.ones(()) for f in fs]), -1, 1)
-
-    return act
+from gprl.envs.brax_env import _obs_names
+from replay_policy_txt import policy  # patches Brax for JAX
 
 
 def returns(act, env, episodes: int, seed: int) -> np.ndarray:
