@@ -96,8 +96,8 @@ class PolicyTask(Task):
 
     ``env.reward_shift`` is subtracted from every live step's reward in the search's fitness only (the
     survival-bonus shift of Mania et al. 2018: where standing still earns a bonus per step, as on Hopper and
-    Walker2d, it stops being a resting point of the search); returns reported, validated and exported are the
-    environment's own.
+    Walker2d, it stops being a resting point of the search; a negative shift adds to the bonus, so that a fall
+    costs more against speed); returns reported, validated and exported are the environment's own.
 
     A hall of fame keeps the best tree of each generation with the normaliser it was scored under; at the end
     its trees and the last generation's best ``final_candidates`` (single training episodes reward lucky
