@@ -20,14 +20,14 @@ from replay_policy_txt import MODULES, policy  # patches Brax for JAX
 
 
 def rollouts(act, env, episodes: int, seed: int):
-    """Per step of each episode: reward (0 once ended), alive before the step, torso height and pitch."""
+    """Per step of each episode: reward (0 after the step that ended it), alive after the step, torso height
+    and pitch."""
     def rollout(key):
         def body(carry, _):
             state, alive = carry
             state = env.step(state, act(state.obs))
-            ps = state.pipeline_state
-            return ((state, alive & (state.done < 0.5)),
-                    (jnp.where(alive, state.reward, 0.0), alive, ps.x.pos[0, 2], ps.q[2]))
+            ps, after = state.pipeline_state, alive & (state.done < 0.5)
+            return (state, after), (jnp.where(alive, state.reward, 0.0), after, ps.x.pos[0, 2], ps.q[2])
         return jax.lax.scan(body, (env.reset(key), jnp.array(True)), None, length=1000)[1]
 
     keys = jax.random.split(jax.random.PRNGKey(seed), episodes)
