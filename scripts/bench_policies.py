@@ -35,8 +35,9 @@ generalized pipeline, 1000-step episodes) as horizontal reference lines.
 (``train.py resume=<run dir>``; pass the same overrides after ``--``) until ``--budget`` seconds of evolution
 in all (the trainer's clock goes on from the checkpoint's): ``wall_s`` is the sum of the processes'
 wall-clocks (``segments_wall_s``), and the curve keeps the earlier points the continuation did not redo.
-The document is written once the runs have trained and again after their replays: a replay cut short
-leaves runs that ``--resume`` continues.
+The document is written every few seconds while a run trains (its record marked ``running``), once the runs
+have trained and again after their replays: a run cut off with its machine, or a replay cut short, leaves
+runs that ``--resume`` continues, the time they ran counted.
 
 ``--merge FILE ...`` runs nothing: it gathers the records of earlier documents (also of the runs side by side
 in ``scripts/dev/gpu_policy_grid.sh``'s grid.json, and the peer runs of ``bench_evogp_policies.py``, drawn
@@ -56,6 +57,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,7 @@ TASKS = ("swimmer", "hopper", "walker2d", "halfcheetah")
 # EvoGP (Table VIII): best returns with population 5,000 on Brax's generalized pipeline, 1000-step episodes
 EVOGP_TABLE_VIII = {"swimmer": 372.0, "hopper": 2659.0, "walker2d": 2365.0, "halfcheetah": 13863.0}
 EVAL_SEED = 10_000_019  # as scripts/replay.py: fresh episodes, not those training and validation play
+SAVE_EVERY_S = 5.0  # the document while a run trains: a run cut off loses at most this much of its clock
 
 
 # ---------------------------------------------------------------- one training run
@@ -77,9 +80,11 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def train(task: str, backend: str, seed: int, budget: float, run_dir: Path, overrides: list[str],
-          earlier: dict[str, Any] | None = None) -> dict[str, Any]:
+          earlier: dict[str, Any] | None = None,
+          save: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Runs train.py and returns the run's record (without the evaluation); with ``earlier`` (the record of
-    the run so far) it continues the run from its last checkpoint."""
+    the run so far) it continues the run from its last checkpoint. ``save`` receives the record so far
+    (``running``: true) every ``SAVE_EVERY_S`` seconds while the run trains."""
     cmd = [sys.executable, "train.py", f"env={task}", f"env.backend={backend}", f"seed={seed}",
            f"gp.time_limit={budget:g}", "wandb.mode=disabled", "progress=false", f"hydra.run.dir={run_dir}",
            *([f"resume={run_dir}"] if earlier else []), *overrides]
@@ -90,31 +95,45 @@ def train(task: str, backend: str, seed: int, budget: float, run_dir: Path, over
     # generation -> point; a row whose trainer clock differs from the stored point's is new (or redone after
     # the checkpoint a continuation starts from) and gets this moment's wall-clock
     points = {p["generation"]: p for p in (earlier or {}).get("curve", [])}
+
+    def so_far(wall: float, returncode: int | None) -> dict[str, Any]:
+        final = {r["generation"] for r in read_metrics(metrics_path)}  # a continuation redoes the rest
+        record: dict[str, Any] = {
+            "task": task, "backend": backend, "seed": seed, "budget_s": budget, "wall_s": before + wall,
+            "returncode": returncode, "run_dir": str(run_dir), "log": str(log_path),
+            "command": " ".join(cmd[1:]), "evogp_table_viii": EVOGP_TABLE_VIII.get(task),
+            "curve": [points[g] for g in sorted(points) if g in final]}
+        if earlier:
+            record["segments_wall_s"] = earlier.get("segments_wall_s", [earlier["wall_s"]]) + [wall]
+        return record
+
     with open(log_path, "a" if earlier else "w") as log:
-        start = time.perf_counter()
+        start = saved = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        while True:
-            done = proc.poll() is not None
-            now = before + time.perf_counter() - start
-            for r in read_metrics(metrics_path):
-                p = points.get(r["generation"])
-                if p is None or p["elapsed_s"] != r["elapsed_s"]:
-                    points[r["generation"]] = {
-                        "generation": r["generation"], "wall_s": now, "elapsed_s": r["elapsed_s"],
-                        "best_return": r["best_return"], "best_so_far": r["best_so_far"],
-                        "episode_length": r.get("episode_length")}
-            if done:
-                break
-            time.sleep(0.1)
+        try:
+            while True:
+                done = proc.poll() is not None
+                now = before + time.perf_counter() - start
+                for r in read_metrics(metrics_path):
+                    p = points.get(r["generation"])
+                    if p is None or p["elapsed_s"] != r["elapsed_s"]:
+                        points[r["generation"]] = {
+                            "generation": r["generation"], "wall_s": now, "elapsed_s": r["elapsed_s"],
+                            "best_return": r["best_return"], "best_so_far": r["best_so_far"],
+                            "episode_length": r.get("episode_length")}
+                if done:
+                    break
+                if save is not None and time.perf_counter() - saved >= SAVE_EVERY_S:
+                    saved = time.perf_counter()
+                    save({**so_far(saved - start, None), "running": True})
+                time.sleep(0.1)
+        finally:  # stopped here (Ctrl-C): the run checkpoints on SIGTERM and ends with this process
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait()
         wall = time.perf_counter() - start
-    final = {r["generation"] for r in read_metrics(metrics_path)}
-    curve = [points[g] for g in sorted(points) if g in final]
-    record: dict[str, Any] = {
-        "task": task, "backend": backend, "seed": seed, "budget_s": budget, "wall_s": before + wall,
-        "returncode": proc.returncode, "run_dir": str(run_dir), "log": str(log_path),
-        "command": " ".join(cmd[1:]), "evogp_table_viii": EVOGP_TABLE_VIII.get(task)}
-    if earlier:
-        record["segments_wall_s"] = earlier.get("segments_wall_s", [earlier["wall_s"]]) + [wall]
+    record = so_far(wall, proc.returncode)
+    curve = record.pop("curve")
     if proc.returncode != 0:
         record["error"] = log_path.read_text()[-2000:]
     summary_path = run_dir / "summary.json"
@@ -384,8 +403,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if not path.exists():
             ap.error(f"--resume continues the runs of {path}, which does not exist")
         earlier = {(r["task"], r["seed"]): r for r in json.loads(path.read_text())["records"]}
+        # a run the earlier document never started (its folder empty) trains from the start
         missing = [str(d) for task, seed, d in runs
-                   if (task, seed) not in earlier or not any((d / "checkpoints").glob("gen_*.pt"))]
+                   if ((task, seed) in earlier or d.exists() and any(d.iterdir()))
+                   and ((task, seed) not in earlier or not any((d / "checkpoints").glob("gen_*.pt")))]
         if missing:
             ap.error(f"--resume: {path} has no run with a checkpoint in {missing}")
     else:
@@ -395,16 +416,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                      "continue them with --resume")
 
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    records = []
-    for task, seed, run_dir in runs:  # every training first: evaluations here hold no GPU memory meanwhile
-        how = "continuing" if args.resume else "training"
-        print(f"bench_policies: {how} {task} seed {seed} on {args.backend} ({args.budget:g} s)",
-              file=sys.stderr)
-        records.append(train(task, args.backend, seed, args.budget, run_dir, overrides,
-                             earlier.get((task, seed))))
-        rec = records[-1]
-        print(f"bench_policies: {task} seed {seed}: exit {rec['returncode']}, {rec.get('generations')} "
-              f"generations, {rec['wall_s']:.1f} s", file=sys.stderr)
+    records: list[dict[str, Any]] = []
     doc = {"benchmark": "policies", "backend": args.backend, "budget_s": args.budget, "tasks": args.tasks,
            "seeds": args.seeds, "episodes": args.episodes, "eval_seed": args.eval_seed,
            "overrides": overrides, "started": started, "machine": machine(),
@@ -412,13 +424,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                 "pipeline": "brax generalized", "episode_length": 1000},
            "records": records}
     path = out / f"bench_policies_{args.backend}.json"
-    path.write_text(json.dumps(doc, indent=1))  # trained: --resume goes on if the replays are stopped
+
+    def write(running: dict[str, Any] | None = None) -> None:
+        """The document, whole or not at all (replaced): the records so far, the run training, and the
+        earlier document's records of the runs still to continue."""
+        later = [earlier[(t, s)] for t, s, _ in runs[len(records) + bool(running):] if (t, s) in earlier]
+        part = path.with_suffix(".json.part")
+        part.write_text(json.dumps({**doc, "records": records + ([running] if running else []) + later},
+                                   indent=1))
+        part.replace(path)
+
+    for task, seed, run_dir in runs:  # every training first: evaluations here hold no GPU memory meanwhile
+        how = "continuing" if (task, seed) in earlier else "training"
+        print(f"bench_policies: {how} {task} seed {seed} on {args.backend} ({args.budget:g} s)",
+              file=sys.stderr)
+        records.append(train(task, args.backend, seed, args.budget, run_dir, overrides,
+                             earlier.get((task, seed)), save=write))
+        rec = records[-1]
+        print(f"bench_policies: {task} seed {seed}: exit {rec['returncode']}, {rec.get('generations')} "
+              f"generations, {rec['wall_s']:.1f} s", file=sys.stderr)
+    write()  # trained: --resume goes on if the replays are stopped
     for rec in records:
         evaluate(rec, args.episodes, args.eval_seed)
     png = out / f"bench_policies_{args.backend}.png"
     plot(records, args.tasks, args.backend, f"{args.budget:g} s of evolution per run", png)
     doc["figure"] = str(png)
-    path.write_text(json.dumps(doc, indent=1))
+    write()
     print(json.dumps(doc, indent=1))
     return doc
 

@@ -122,3 +122,39 @@ def test_one_mujoco_task_end_to_end(tmp_path, capsys, monkeypatch):
     [saved] = json.loads((out / "bench_policies_mujoco.json").read_text())["records"]
     assert "eval" not in saved and saved["generations"] > cont["generations"]
     assert saved["segments_wall_s"][:2] == cont["segments_wall_s"] and len(saved["segments_wall_s"]) == 3
+
+
+def test_a_run_cut_off_goes_on(tmp_path, monkeypatch):
+    """The document is saved while a run trains: a bench process stopped mid-run (its machine gone) leaves the
+    run's record so far, which --resume continues from the run's last checkpoint, the time it ran counted."""
+    bench = load_script()
+    monkeypatch.setattr(bench, "SAVE_EVERY_S", 0.2)
+    out = tmp_path / "bench"
+    doc_path = out / "bench_policies_mujoco.json"
+    args = ["--out", str(out), "--budget", "5", "--tasks", "hopper", "--episodes", "2", "--",
+            "gp.population_size=12", "env.episode_length=50", "checkpoint_every=1"]
+    read_metrics = bench.read_metrics
+
+    def cut_off(path):  # the bench process stops once a record with 3 generations is saved
+        rows = read_metrics(path)
+        if doc_path.exists() and any(len(r["curve"]) >= 3 for r in json.loads(doc_path.read_text())["records"]):
+            raise KeyboardInterrupt
+        return rows
+
+    monkeypatch.setattr(bench, "read_metrics", cut_off)
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(args)
+    [saved] = json.loads(doc_path.read_text())["records"]
+    assert saved["running"] and saved["returncode"] is None and "eval" not in saved
+    assert saved["wall_s"] > saved["curve"][-1]["wall_s"] > 0 and len(saved["curve"]) >= 3
+    run = Path(saved["run_dir"])
+    assert list((run / "checkpoints").glob("gen_*.pt")) and not (run / "summary.json").exists()
+
+    monkeypatch.setattr(bench, "read_metrics", read_metrics)
+    [cont] = bench.main(["--resume", *args])["records"]
+    assert cont["returncode"] == 0 and "error" not in cont and "running" not in cont, cont.get("error")
+    assert cont["segments_wall_s"][0] == saved["wall_s"] and cont["wall_s"] == sum(cont["segments_wall_s"])
+    assert [p["generation"] for p in cont["curve"]] == list(range(cont["generations"]))
+    assert cont["curve"][0] == saved["curve"][0] and cont["generations"] > len(saved["curve"])
+    walls = [p["wall_s"] for p in cont["curve"]]
+    assert walls == sorted(walls) and walls[-1] <= cont["wall_s"] and len(cont["eval"]["returns"]) == 2
