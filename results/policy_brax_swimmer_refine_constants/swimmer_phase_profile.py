@@ -1,7 +1,9 @@
-"""Where a Brax Swimmer policy's return goes, by the front body's position: the return is the front body's
-x displacement over the episode divided by the step (0.04 s), so it splits into the stroke's pace (a line
-fitted to the mean x over steps 200-1000, times 1000 steps), the start (the line at step 0 against the start)
-and the end (step 1000's x against the line: where in its stroke the episode stops).
+"""Where a Brax Swimmer policy's return goes: the reward is the x velocity of the root joint (the front
+segment's frame origin, at the middle of the straight swimmer), so an episode returns the root's x
+displacement over 1000 steps divided by the step (0.04 s). For the root and for the three segments' centre of
+mass, a line fitted to the mean x over steps 200-1000 gives the stroke's pace (its slope times 1000 steps),
+the start (the line at step 0 against the start) and the end (step 1000's x against the line: where in its
+stroke the episode stops); displacement = pace + start + end.
 ``python swimmer_phase_profile.py EPISODES policy.txt...`` prints a JSON line per file (JAX-CPU, generalized
 pipeline, fresh starts from PRNGKey(7) as swimmer_gait_profile.py)."""
 
@@ -14,32 +16,48 @@ from replay_policy_txt import envs, jax, policy
 FIT = 200  # steps: the line is fitted from here on, the start long past
 
 
-def positions(act, episodes: int, env, seed: int) -> np.ndarray:
-    """The front body's x at every step [episodes, 1001] (the start first) on fresh episodes."""
+def coordinates(act, episodes: int, env, seed: int) -> np.ndarray:
+    """q[:5] (root x, y, heading, the two joints) at every step [episodes, 1001, 5], the start first."""
     def rollout(key):
         s0 = env.reset(key)
 
         def body(s, _):
             s = env.step(s, act(s.obs))
-            return s, s.pipeline_state.q[0]
-        return s0.pipeline_state.q[0], jax.lax.scan(body, s0, None, length=1000)[1]
+            return s, s.pipeline_state.q[:5]
+        return s0.pipeline_state.q[:5], jax.lax.scan(body, s0, None, length=1000)[1]
 
     keys = jax.random.split(jax.random.PRNGKey(seed), episodes)
-    x0, x = jax.jit(jax.vmap(rollout))(keys)
-    return np.concatenate([np.asarray(x0, np.float64)[:, None], np.asarray(x, np.float64)], 1)
+    q0, q = jax.jit(jax.vmap(rollout))(keys)
+    return np.concatenate([np.asarray(q0, np.float64)[:, None], np.asarray(q, np.float64)], 1)
 
 
-def profile(path: str, episodes: int, env) -> dict:
-    x = positions(policy(path), episodes, env, 7) / float(env.dt)  # in return units
+def centre_x(q: np.ndarray) -> np.ndarray:
+    """x of the three equal capsules' centre of mass (swimmer.xml: the front one 0.5-1.5 ahead of the root,
+    the middle one from the joint at 0.5 back by 1, the back one from the joint at its end back by 1)."""
+    x, _, a1, a2, a3 = np.moveaxis(q, -1, 0)
+    front = x + np.cos(a1)
+    joint2 = x + 0.5 * np.cos(a1)
+    middle = joint2 - 0.5 * np.cos(a1 + a2)
+    back = joint2 - np.cos(a1 + a2) - 0.5 * np.cos(a1 + a2 + a3)
+    return (front + middle + back) / 3
+
+
+def split(x: np.ndarray) -> dict:
     t = np.arange(x.shape[1])
     mean = x.mean(0)
     slope, icpt = np.polyfit(t[FIT:], mean[FIT:], 1)
     resid = mean - (slope * t + icpt)
-    ret = x[:, -1] - x[:, 0]  # the return before the control cost (about 0.19)
-    return {"policy": path, "episodes": episodes, "x_return": round(float(ret.mean()), 2),
-            "pace_x1000": round(1000 * slope, 2), "start": round(float(mean[0] - icpt), 2),
-            "end": round(float(resid[-1]), 2), "stroke_range": [round(float(resid[FIT:].min()), 2),
-                                                               round(float(resid[FIT:].max()), 2)]}
+    return {"displacement": round(float((x[:, -1] - x[:, 0]).mean()), 2),
+            "pace_x1000": round(1000 * slope, 2),
+            "start": round(float(icpt - mean[0]), 2), "end": round(float(resid[-1]), 2),
+            "stroke_range": [round(float(resid[FIT:].min()), 2), round(float(resid[FIT:].max()), 2)]}
+
+
+def profile(path: str, episodes: int, env) -> dict:
+    q = coordinates(policy(path), episodes, env, 7)
+    dt = float(env.dt)  # positions in return units
+    return {"policy": path, "episodes": episodes, "root": split(q[..., 0] / dt),
+            "centre_of_mass": split(centre_x(q) / dt)}
 
 
 if __name__ == "__main__":
