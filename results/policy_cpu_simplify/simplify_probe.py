@@ -3,10 +3,12 @@
 simplified by evaluation as ``PolicyTask._simplified`` does (``gprl.evolve.simplify`` at each of
 ``SIMPLIFY_TOLERANCES`` on 2,048 observations of 16 episodes of the tree's own), the tree and the simplified
 ones are validated on the task's default number of fresh episodes, the shortest within the share (default
-0.02) of the best validated is picked, and the tree and the pick play 10 further fresh episodes.
-``python simplify_probe.py TASK:FILE:SEED[:EPISODES[:SHARE]] ...`` prints a JSON line per record."""
+0.02) of the best validated is picked, and the tree and the pick play 10 (``FINAL``) further fresh episodes.
+``python simplify_probe.py TASK:FILE:SEED[:EPISODES[:SHARE]] ...`` prints a JSON line per record;
+``BACKEND=brax`` plays Brax records on Brax's generalized pipeline (JAX-CPU here)."""
 
 import json
+import os
 import sys
 
 import numpy as np
@@ -22,6 +24,9 @@ from gprl.rl.policy import ActionMap, evaluate_policies
 from gprl.train.tasks.policy import SIMPLIFY_EPISODES, SIMPLIFY_ROWS, SIMPLIFY_TOLERANCES
 
 VISIT, VALIDATE, EVALUATE = 101, 202, 10_000_019  # three sets of fresh starts
+FINAL = int(os.environ.get("FINAL", "10"))  # episodes of the tree and the pick at the end
+BACKEND = os.environ.get("BACKEND", "mujoco")
+KWARGS = {"pipeline": "generalized"} if BACKEND == "brax" else {}  # the pipeline of the Brax defaults
 
 
 def inner(e: sp.Expr) -> sp.Expr:
@@ -37,7 +42,8 @@ def inner(e: sp.Expr) -> sp.Expr:
 
 def play(trees: Population, task: str, episodes: int, seed: int, record: bool = False):
     """Each tree's episode returns [K, episodes] (and, with record, the first tree's live observations)."""
-    env = envs.make(task, backend="mujoco", num_envs=len(trees) * episodes, device="cpu", episode_length=1000)
+    env = envs.make(task, backend=BACKEND, num_envs=len(trees) * episodes, device="cpu", episode_length=1000,
+                    **KWARGS)
     amap = ActionMap.for_env(env)
     n = env.obs_dim
     if record:
@@ -64,7 +70,7 @@ def nodes(tree: Population, names: list[str]) -> list[int]:
 def probe(task: str, path: str, seed: int, validation: int, share: float) -> dict:
     with open(path) as f:
         record = next(r for r in json.load(f)["records"] if r["task"] == task and r["seed"] == seed)
-    env = envs.make(task, backend="mujoco", num_envs=1, device="cpu")
+    env = envs.make(task, backend=BACKEND, num_envs=1, device="cpu", **KWARGS)
     names, amap = env.obs_names, ActionMap.for_env(env)
     env.close()
     local = {**SYMPY_FUNCTIONS, **dict(zip(names, sp.symbols(names)))}
@@ -83,7 +89,7 @@ def probe(task: str, path: str, seed: int, validation: int, share: float) -> dic
     lengths = trees.lengths().tolist()
     near = [k for k in range(len(trees)) if valid[k] >= valid.max() - share * abs(valid.max())]
     pick = min(near, key=lambda k: (lengths[k], -valid[k]))
-    final = play(trees[[0, pick]], task, 10, EVALUATE)
+    final = play(trees[[0, pick]], task, FINAL, EVALUATE)
     return {"task": task, "seed": seed, "source": path, "recorded_eval": round(record["eval"]["mean"], 1),
             "tolerances": [tol for tol, _ in found], "lengths": lengths,
             "validation": [round(float(v), 1) for v in valid], "validation_episodes": validation,
