@@ -67,6 +67,7 @@ TASKS = ("swimmer", "hopper", "walker2d", "halfcheetah")
 EVOGP_TABLE_VIII = {"swimmer": 372.0, "hopper": 2659.0, "walker2d": 2365.0, "halfcheetah": 13863.0}
 EVAL_SEED = 10_000_019  # as scripts/replay.py: fresh episodes, not those training and validation play
 SAVE_EVERY_S = 5.0  # the document while a run trains: a run cut off loses at most this much of its clock
+STOP_GRACE_S = 60.0  # after Ctrl-C, for the run to write its checkpoint and exit before it gets SIGTERM
 
 
 # ---------------------------------------------------------------- one training run
@@ -127,10 +128,17 @@ def train(task: str, backend: str, seed: int, budget: float, run_dir: Path, over
                     saved = time.perf_counter()
                     save({**so_far(saved - start, None), "running": True})
                 time.sleep(0.1)
-        finally:  # stopped here (Ctrl-C): the run checkpoints on SIGTERM and ends with this process
-            if proc.poll() is None:
-                proc.terminate()
+        except KeyboardInterrupt:  # Ctrl-C reached the run too: it checkpoints and exits on its own
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.terminate()  # it checkpoints on SIGTERM as well
                 proc.wait()
+            raise
+        except BaseException:
+            proc.terminate()
+            proc.wait()
+            raise
         wall = time.perf_counter() - start
     record = so_far(wall, proc.returncode)
     curve = record.pop("curve")

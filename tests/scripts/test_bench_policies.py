@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -133,24 +134,32 @@ def test_a_run_cut_off_goes_on(tmp_path, monkeypatch):
     doc_path = out / "bench_policies_mujoco.json"
     args = ["--out", str(out), "--budget", "5", "--tasks", "hopper", "--episodes", "2", "--",
             "gp.population_size=12", "env.episode_length=50", "checkpoint_every=1"]
-    read_metrics = bench.read_metrics
+    read_metrics, popen, started = bench.read_metrics, subprocess.Popen, []
 
-    def cut_off(path):  # the bench process stops once a record with 3 generations is saved
+    def run(*a, **k):
+        started.append(popen(*a, **k))
+        return started[-1]
+
+    def cut_off(path):  # both processes end, as with their machine, once a record of 3 generations is saved
         rows = read_metrics(path)
-        if doc_path.exists() and any(len(r["curve"]) >= 3 for r in json.loads(doc_path.read_text())["records"]):
-            raise KeyboardInterrupt
+        saved = json.loads(doc_path.read_text())["records"] if doc_path.exists() else []
+        if any(len(r["curve"]) >= 3 for r in saved):
+            started[-1].kill()
+            started[-1].wait()
+            raise RuntimeError("machine gone")
         return rows
 
+    monkeypatch.setattr(subprocess, "Popen", run)
     monkeypatch.setattr(bench, "read_metrics", cut_off)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(RuntimeError, match="machine gone"):
         bench.main(args)
+    monkeypatch.undo()
     [saved] = json.loads(doc_path.read_text())["records"]
     assert saved["running"] and saved["returncode"] is None and "eval" not in saved
     assert saved["wall_s"] > saved["curve"][-1]["wall_s"] > 0 and len(saved["curve"]) >= 3
     run = Path(saved["run_dir"])
     assert list((run / "checkpoints").glob("gen_*.pt")) and not (run / "summary.json").exists()
 
-    monkeypatch.setattr(bench, "read_metrics", read_metrics)
     [cont] = bench.main(["--resume", *args])["records"]
     assert cont["returncode"] == 0 and "error" not in cont and "running" not in cont, cont.get("error")
     assert cont["segments_wall_s"][0] == saved["wall_s"] and cont["wall_s"] == sum(cont["segments_wall_s"])
