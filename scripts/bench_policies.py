@@ -411,10 +411,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if not path.exists():
             ap.error(f"--resume continues the runs of {path}, which does not exist")
         earlier = {(r["task"], r["seed"]): r for r in json.loads(path.read_text())["records"]}
-        # a run the earlier document never started (its folder empty) trains from the start
-        missing = [str(d) for task, seed, d in runs
-                   if ((task, seed) in earlier or d.exists() and any(d.iterdir()))
-                   and ((task, seed) not in earlier or not any((d / "checkpoints").glob("gen_*.pt")))]
+
+        def resumable(task: str, seed: int, run_dir: Path) -> bool:
+            if (task, seed) not in earlier:  # never started (its folder empty): it trains from the start
+                return not (run_dir.exists() and any(run_dir.iterdir()))
+            return any((run_dir / "checkpoints").glob("gen_*.pt"))
+
+        missing = [str(d) for task, seed, d in runs if not resumable(task, seed, d)]
         if missing:
             ap.error(f"--resume: {path} has no run with a checkpoint in {missing}")
     else:

@@ -125,7 +125,7 @@ def test_one_mujoco_task_end_to_end(tmp_path, capsys, monkeypatch):
     assert saved["segments_wall_s"][:2] == cont["segments_wall_s"] and len(saved["segments_wall_s"]) == 3
 
 
-def test_a_run_cut_off_goes_on(tmp_path, monkeypatch):
+def test_a_run_cut_off_goes_on(tmp_path, capsys, monkeypatch):
     """The document is saved while a run trains: a bench process stopped mid-run (its machine gone) leaves the
     run's record so far, which --resume continues from the run's last checkpoint, the time it ran counted."""
     bench = load_script()
@@ -160,6 +160,14 @@ def test_a_run_cut_off_goes_on(tmp_path, monkeypatch):
     run = Path(saved["run_dir"])
     assert list((run / "checkpoints").glob("gen_*.pt")) and not (run / "summary.json").exists()
 
+    # a run the document does not know, with files in its folder, is neither continued nor overwritten
+    stray = out / "mujoco" / "swimmer" / "seed0"
+    stray.mkdir(parents=True)
+    (stray / "notes.txt").write_text("kept")
+    with pytest.raises(SystemExit):
+        bench.main(["--resume", *args[:6], "swimmer", *args[6:]])  # --tasks hopper swimmer
+    assert f"no run with a checkpoint in ['{stray}']" in capsys.readouterr().err
+    assert (stray / "notes.txt").read_text() == "kept"
     [cont] = bench.main(["--resume", *args])["records"]
     assert cont["returncode"] == 0 and "error" not in cont and "running" not in cont, cont.get("error")
     assert cont["segments_wall_s"][0] == saved["wall_s"] and cont["wall_s"] == sum(cont["segments_wall_s"])
