@@ -128,16 +128,15 @@ def train(task: str, backend: str, seed: int, budget: float, run_dir: Path, over
                     saved = time.perf_counter()
                     save({**so_far(saved - start, None), "running": True})
                 time.sleep(0.1)
-        except KeyboardInterrupt:  # Ctrl-C reached the run too: it checkpoints and exits on its own
-            try:
-                proc.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
+        except BaseException as err:
+            if isinstance(err, KeyboardInterrupt):  # Ctrl-C reached the run too: it checkpoints and exits
+                try:
+                    proc.wait(timeout=STOP_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    pass
+            if proc.poll() is None:
                 proc.terminate()  # it checkpoints on SIGTERM as well
                 proc.wait()
-            raise
-        except BaseException:
-            proc.terminate()
-            proc.wait()
             raise
         wall = time.perf_counter() - start
     record = so_far(wall, proc.returncode)
