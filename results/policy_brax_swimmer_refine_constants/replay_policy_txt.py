@@ -38,16 +38,24 @@ def policy(path: str, names: list[str] = NAMES):
     return act
 
 
-def rewards(act, episodes: int, env, seed: int) -> np.ndarray:
-    """Every step's reward [episodes, 1000] of ``act`` on fresh episodes from ``PRNGKey(seed)``."""
+def trace(act, episodes: int, env, seed: int, record=lambda s: s.reward) -> tuple[np.ndarray, np.ndarray]:
+    """``record(state)`` of ``act``'s fresh episodes from ``PRNGKey(seed)``: at the start [episodes, ...] and
+    after every step [episodes, 1000, ...]."""
     def rollout(key):
         def body(s, _):
             s = env.step(s, act(s.obs))
-            return s, s.reward
-        return jax.lax.scan(body, env.reset(key), None, length=1000)[1]
+            return s, record(s)
+        s0 = env.reset(key)
+        return record(s0), jax.lax.scan(body, s0, None, length=1000)[1]
 
     keys = jax.random.split(jax.random.PRNGKey(seed), episodes)
-    return np.asarray(jax.jit(jax.vmap(rollout))(keys), np.float64)
+    start, steps = jax.jit(jax.vmap(rollout))(keys)
+    return np.asarray(start, np.float64), np.asarray(steps, np.float64)
+
+
+def rewards(act, episodes: int, env, seed: int) -> np.ndarray:
+    """Every step's reward [episodes, 1000] of ``act`` on fresh episodes from ``PRNGKey(seed)``."""
+    return trace(act, episodes, env, seed)[1]
 
 
 def returns(path: str, episodes: int, env) -> np.ndarray:

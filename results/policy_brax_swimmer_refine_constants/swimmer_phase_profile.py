@@ -11,24 +11,15 @@ import json
 import sys
 
 import numpy as np
-from replay_policy_txt import envs, jax, policy
+from replay_policy_txt import envs, policy, trace
 
 FIT = 200  # steps: the line is fitted from here on, the start long past
 
 
 def coordinates(act, episodes: int, env, seed: int) -> np.ndarray:
     """q[:5] (root x, y, heading, the two joints) at every step [episodes, 1001, 5], the start first."""
-    def rollout(key):
-        s0 = env.reset(key)
-
-        def body(s, _):
-            s = env.step(s, act(s.obs))
-            return s, s.pipeline_state.q[:5]
-        return s0.pipeline_state.q[:5], jax.lax.scan(body, s0, None, length=1000)[1]
-
-    keys = jax.random.split(jax.random.PRNGKey(seed), episodes)
-    q0, q = jax.jit(jax.vmap(rollout))(keys)
-    return np.concatenate([np.asarray(q0, np.float64)[:, None], np.asarray(q, np.float64)], 1)
+    q0, q = trace(act, episodes, env, seed, lambda s: s.pipeline_state.q[:5])
+    return np.concatenate([q0[:, None], q], 1)
 
 
 def centre_x(q: np.ndarray) -> np.ndarray:
