@@ -60,8 +60,9 @@ def main(seed: int, iterations: int) -> None:
         best = np.argsort(-np.maximum(plus, minus))[:TOP]
         spread = np.concatenate([plus[best], minus[best]]).std() + 1e-8
         theta = theta + STEP / (TOP * spread) * np.einsum("k,kij->ij", plus[best] - minus[best], eps[best])
-        print(json.dumps({"iteration": it, "s": round(time.time() - t, 1), "mean": round(float(ret.mean()), 2),
-                          "best": round(float(ret.max()), 2)}), flush=True)
+        line = {"iteration": it, "s": round(time.time() - t, 1), "mean": round(float(ret.mean()), 2),
+                "best": round(float(ret.max()), 2)}
+        print(json.dumps(line), flush=True)
     ret, *_ = play(np.repeat(theta[None], 64, 0), mu, sd, 999_999)
     print(json.dumps({"final_64_fresh_mean": round(float(ret.mean()), 2),
                       "sem": round(float(ret.std() / 8), 2), "theta": theta.round(4).tolist(),
