@@ -80,6 +80,10 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in data[:data.rfind(b"\n") + 1].splitlines() if line.strip()]
 
 
+def holds_files(run_dir: Path) -> bool:
+    return run_dir.exists() and any(run_dir.iterdir())
+
+
 def train(task: str, backend: str, seed: int, budget: float, run_dir: Path, overrides: list[str],
           earlier: dict[str, Any] | None = None,
           save: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
@@ -413,14 +417,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         def resumable(task: str, seed: int, run_dir: Path) -> bool:
             if (task, seed) not in earlier:  # never started (its folder empty): it trains from the start
-                return not (run_dir.exists() and any(run_dir.iterdir()))
+                return not holds_files(run_dir)
             return any((run_dir / "checkpoints").glob("gen_*.pt"))
 
         missing = [str(d) for task, seed, d in runs if not resumable(task, seed, d)]
         if missing:
             ap.error(f"--resume: {path} has no run with a checkpoint in {missing}")
     else:
-        taken = [str(d) for _, _, d in runs if d.exists() and any(d.iterdir())]
+        taken = [str(d) for _, _, d in runs if holds_files(d)]
         if taken:
             ap.error(f"run directories already hold files: {taken}; choose another --out, remove them or "
                      "continue them with --resume")
