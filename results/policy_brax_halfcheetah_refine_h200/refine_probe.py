@@ -4,7 +4,9 @@ units, tanh actions) become one tree; it plays 2 * ``--pairs`` * ``--episodes`` 
 fresh 1000-step episodes (Brax: the generalized pipeline), then each ``--targets`` entry (target:sigma,
 stepping by sigma or ``--step``) tunes it for ``--seconds`` (``--pairs`` antithetic perturbations of
 ``--episodes`` episodes each, ``--horizon`` steps long, the best ``--top`` stepping) and the result plays the
-same fresh episodes; a target ``a:s1+b:s2`` tunes ``a``, then ``b`` on its result, half the seconds each.
+same fresh episodes; a target ``a:s1+b:s2`` tunes ``a``, then ``b`` on its result, half the seconds each;
+``joint`` tunes the constants, the observation scaling and a linear feedback at once (each as its own target
+scales it).
 ``python refine_probe.py [--seconds S] [--targets feedback:0.01 constants:0.02] policy.txt...`` prints a JSON
 line per policy and target. The feedback perturbs each observation's weight in units of 1 / its spread on
 those episodes (the tree plays raw observations), as a tree on normalised observations would."""
@@ -105,11 +107,18 @@ def main() -> None:
         normalisation and the refinement."""
         settings = RefineSettings(pairs=args.pairs, top=args.top, sigma=sigma, step=args.step or sigma,
                                   target=target, episodes=E)
+        n_in, n_out = env.obs_dim, env.act_dim
+        feedback = feedback_scale(spread / std.cpu()).expand(n_out, -1)  # each weight in units of its spread
         if target == "constants":
             start, scale = tree_numbers(tree, mean, std)
+        elif target == "joint":
+            numbers, scale = tree_numbers(tree, mean, std)
+            M = len(numbers)
+            start = torch.cat([numbers, torch.zeros(n_out * (n_in + 1), dtype=torch.float64)])
+            scale = torch.cat([scale, feedback.reshape(-1)])
         else:
             start = torch.zeros(env.act_dim, env.obs_dim + 1, dtype=torch.float64)
-            scale = feedback_scale(spread / std.cpu())  # each weight in units of its input's spread
+            scale = feedback
 
         def play(params: torch.Tensor, it: int) -> torch.Tensor:
             seed = 7919 * (it + 1)
@@ -118,13 +127,27 @@ def main() -> None:
                 trees, means, stds = with_numbers(tree, p)
                 ev = evaluate_policies(trees, env, amap, means, stds, E, args.horizon, seed=seed)
                 return ev.returns - args.reward_shift * ev.lengths
+            if target == "joint":
+                trees, means, stds = with_numbers(tree, p[:, :M])
+                w = p[:, M:].reshape(-1, n_out, n_in + 1).float()
+                w_t, bias = w[:, :, :n_in].transpose(1, 2).contiguous(), w[:, None, :, n_in].contiguous()
+
+                def policy(obs: torch.Tensor) -> torch.Tensor:  # [K, E, n_in]: each copy its own numbers
+                    x = (obs - means[:, None]) / stds[:, None]
+                    return amap(torch.baddbmm(bias, x, w_t).add_(trees.forward(x, check_finite=False)))
+
+                res = envs.rollout(env, policy, len(p), E, max_steps=args.horizon, seed=seed)
+                return res.mean_return - args.reward_shift * res.mean_length
             policy = linear_policy(tree, p, mean, std, amap)
             res = envs.rollout(env, policy, len(p), E, max_steps=args.horizon, seed=seed)
             return res.mean_return - args.reward_shift * res.mean_length
 
         done = refine(start, 2 * args.pairs, settings, seconds, 1, play, scale=scale)
-        if target == "constants":
-            refined, m, sd = with_numbers(tree.to("cpu"), done.params[None])
+        if target in ("constants", "joint"):
+            numbers = done.params[:M] if target == "joint" else done.params
+            refined, m, sd = with_numbers(tree.to("cpu"), numbers[None])
+            if target == "joint":  # the feedback acts on the tuned normalisation's x: fold it in there
+                refined = fold(refined, done.params[M:].reshape(n_out, n_in + 1))
             return refined.to(dev), m[0].to(dev, torch.float32), sd[0].to(dev, torch.float32), done
         return fold(tree.to("cpu"), done.params).to(dev), mean, std, done
 
