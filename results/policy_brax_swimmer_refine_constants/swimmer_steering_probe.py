@@ -36,7 +36,8 @@ for text in lines:
 def act(obs, p):
     h = obs[0] + (2 * obs[1] + obs[2]) / 3
     obs = jnp.concatenate([obs[:3] * (1 + p[5]), obs[3:] * (1 + p[4])])
-    return jnp.stack([jnp.tanh(inner[j](list(obs)) + p[j] + p[2 + j] * h) for j in range(2)]).astype(jnp.float32)
+    pre = [inner[j](list(obs)) + p[j] + p[2 + j] * h for j in range(2)]
+    return jnp.tanh(jnp.stack(pre)).astype(jnp.float32)
 
 
 def rollout(key, p):
