@@ -8,18 +8,9 @@ import time
 
 import jax.numpy as jnp
 import numpy as np
-import sympy as sp
-from replay_policy_txt import LOCALS, MODULES, NAMES, envs, rewards
+from replay_policy_txt import envs, rewards, tanh_arguments
 
-path = "policy_500s_swc_a_s0.txt"
-syms = sp.symbols(NAMES)
-with open(path) as f:
-    lines = [line.split(" = ", 1)[1] for line in f.read().splitlines() if line.startswith("a")]
-inner = []
-for text in lines:
-    e = sp.sympify(text, locals=LOCALS)
-    assert e.func == sp.tanh
-    inner.append(sp.lambdify([syms], e.args[0], modules=MODULES))
+inner = tanh_arguments("policy_500s_swc_a_s0.txt")
 
 
 def make(k):

@@ -38,6 +38,20 @@ def policy(path: str, names: list[str] = NAMES):
     return act
 
 
+def tanh_arguments(path: str) -> list:
+    """The arguments of a policy.txt's tanh formulas (Swimmer's observations), one JAX function ``f(obs)`` an
+    action, for probes that change what goes into the tanh."""
+    syms = sp.symbols(NAMES)
+    with open(path) as f:
+        lines = [line.split(" = ", 1)[1] for line in f.read().splitlines() if line.startswith("a")]
+    inner = []
+    for text in lines:
+        e = sp.sympify(text, locals=LOCALS)
+        assert e.func == sp.tanh
+        inner.append(sp.lambdify([syms], e.args[0], modules=MODULES))
+    return inner
+
+
 def trace(act, episodes: int, env, seed: int, record=lambda s: s.reward) -> tuple[np.ndarray, np.ndarray]:
     """``record(state)`` of ``act``'s fresh episodes from ``PRNGKey(seed)``: at the start [episodes, ...] and
     after every step [episodes, 1000, ...]."""

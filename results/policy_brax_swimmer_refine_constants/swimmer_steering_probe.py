@@ -16,21 +16,13 @@ import sys
 import time
 
 import numpy as np
-import sympy as sp
-from replay_policy_txt import LOCALS, MODULES, NAMES, envs, jax, jnp
+from replay_policy_txt import envs, jax, jnp, tanh_arguments
 
 STROKE = 38  # steps a stroke of these formulas takes
 WINDOW = 50  # steps between the direction's samples
 
 env = envs.get_environment("swimmer", backend="generalized")
-syms = sp.symbols(NAMES)
-with open(sys.argv[2]) as f:
-    lines = [line.split(" = ", 1)[1] for line in f.read().splitlines() if line.startswith("a")]
-inner = []
-for text in lines:
-    e = sp.sympify(text, locals=LOCALS)
-    assert e.func == sp.tanh
-    inner.append(sp.lambdify([syms], e.args[0], modules=MODULES))
+inner = tanh_arguments(sys.argv[2])
 
 
 def act(obs, p):
