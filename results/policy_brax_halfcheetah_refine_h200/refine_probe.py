@@ -117,8 +117,7 @@ def main() -> None:
             start = torch.cat([numbers, torch.zeros(n_out * (n_in + 1), dtype=torch.float64)])
             scale = torch.cat([scale, feedback.reshape(-1)])
         else:
-            start = torch.zeros(env.act_dim, env.obs_dim + 1, dtype=torch.float64)
-            scale = feedback
+            start, scale = torch.zeros(n_out, n_in + 1, dtype=torch.float64), feedback
 
         def play(params: torch.Tensor, it: int) -> torch.Tensor:
             seed = 7919 * (it + 1)

@@ -22,15 +22,19 @@ LOCALS = {**dict(zip(NAMES, SYMS)), "gt": F.gt, "Min": sp.Min, "Max": sp.Max, "t
 MODULES = [{"gt": lambda a, b: jnp.where(a > b, 1.0, -1.0), "Min": jnp.minimum, "Max": jnp.maximum}, "jax"]
 
 
+def formulas(path: str) -> list[str]:
+    """A policy.txt's formulas, one a line (``a<k> = ...``), in the actions' order."""
+    with open(path) as f:
+        lines = [line.split(" = ", 1) for line in f.read().splitlines() if line.startswith("a")]
+    return [text for _, text in sorted(lines, key=lambda kv: int(kv[0][1:]))]  # a10 after a9
+
+
 def policy(path: str, names: list[str] = NAMES):
     """``act(obs) -> action`` from a policy.txt's formulas, one a line (``a<k> = ...``), in JAX, over the
     observations ``names`` (Swimmer's unless given)."""
     syms = sp.symbols(names)
     local = {**LOCALS, **dict(zip(names, syms))}
-    with open(path) as f:
-        lines = [line.split(" = ", 1) for line in f.read().splitlines() if line.startswith("a")]
-    lines.sort(key=lambda kv: int(kv[0][1:]))  # a10 after a9
-    fs = [sp.lambdify([syms], sp.sympify(text, locals=local), modules=MODULES) for _, text in lines]
+    fs = [sp.lambdify([syms], sp.sympify(text, locals=local), modules=MODULES) for text in formulas(path)]
 
     def act(obs):
         return jnp.clip(jnp.stack([jnp.asarray(f(list(obs)), jnp.float32) * jnp.ones(()) for f in fs]), -1, 1)
@@ -41,14 +45,11 @@ def policy(path: str, names: list[str] = NAMES):
 def tanh_arguments(path: str) -> list:
     """The arguments of a policy.txt's tanh formulas (Swimmer's observations), one JAX function ``f(obs)`` an
     action, for probes that change what goes into the tanh."""
-    syms = sp.symbols(NAMES)
-    with open(path) as f:
-        lines = [line.split(" = ", 1)[1] for line in f.read().splitlines() if line.startswith("a")]
     inner = []
-    for text in lines:
+    for text in formulas(path):
         e = sp.sympify(text, locals=LOCALS)
         assert e.func == sp.tanh
-        inner.append(sp.lambdify([syms], e.args[0], modules=MODULES))
+        inner.append(sp.lambdify([SYMS], e.args[0], modules=MODULES))
     return inner
 
 
