@@ -3,9 +3,9 @@ open-loop term added to each action's tanh argument over the first K steps,
 
     a_t = tanh(pre(obs_t) + u_t)  (t < K),   a_t = tanh(pre(obs_t))  after,
 
-u (K x 2 numbers) tuned from 0 by antithetic random search on the whole 1000-step return (each pair's two
-members play one common fresh start; the best TOP pairs step, ARS-style), then u and 0 play VALIDATION common
-fresh starts (the generalized pipeline; on whatever device JAX has).
+u (K x 2 numbers) tuned from 0 by the refinement's antithetic random search (``gprl.rl.refine.refine``) on
+the whole 1000-step return (each pair's two members play one common fresh start; the best TOP pairs step),
+then u and 0 play VALIDATION common fresh starts (the generalized pipeline; on whatever device JAX has).
 
 ``python swimmer_start_probe.py POLICY K PAIRS TOP SIGMA STEP SECONDS VALIDATION`` prints a JSON line per
 iteration (the perturbations' mean return) and one with the validation: the mean return with u, its paired
@@ -18,7 +18,10 @@ import sys
 import time
 
 import numpy as np
+import torch
 from replay_policy_txt import envs, jax, jnp, tanh_arguments
+
+from gprl.rl.refine import RefineSettings, refine
 
 env = envs.get_environment("swimmer", backend="generalized")
 inner = tanh_arguments(sys.argv[1])
@@ -51,23 +54,19 @@ def summary(tuned: np.ndarray, base: np.ndarray) -> dict:
 
 
 def tune(K, pairs, top, sigma, step, seconds):
-    u = jnp.zeros((K, 2), jnp.float32)
-    key = jax.random.PRNGKey(7)
-    t0, it = time.time(), 0
-    while time.time() - t0 < seconds:
-        key, k_starts, k_dirs = jax.random.split(key, 3)
-        starts = jax.random.split(k_starts, pairs)
-        d = jax.random.normal(k_dirs, (pairs, K, 2))
-        both = jnp.concatenate([u + sigma * d, u - sigma * d])
-        r = np.asarray(returns(jnp.concatenate([starts, starts]), both))
-        plus, minus = r[:pairs], r[pairs:]
-        best = np.argsort(-np.maximum(plus, minus))[:top]
-        spread = np.concatenate([plus[best], minus[best]]).std() + 1e-8
-        u = u + step / (top * spread) * jnp.tensordot(jnp.asarray(plus[best] - minus[best]), d[best], axes=1)
-        it += 1
-        print(json.dumps({"iteration": it, "perturbations_mean": round(float(r.mean()), 3),
+    """u tuned by the refinement's own random search (``gprl.rl.refine.refine``); iteration ``it``'s pairs
+    play the starts of key ``1000 + it``, each pair's two members the same one."""
+    def score(us, it):
+        starts = jax.random.split(jax.random.PRNGKey(1000 + it), pairs)
+        r = returns(jnp.concatenate([starts, starts]), jnp.asarray(us.numpy()))
+        print(json.dumps({"iteration": it + 1, "perturbations_mean": round(float(r.mean()), 3),
                           "s": round(time.time() - t0, 1)}), flush=True)
-    return u, it
+        return torch.from_numpy(np.asarray(r, np.float64))
+
+    t0 = time.time()
+    settings = RefineSettings(pairs=pairs, top=top, sigma=sigma, step=step)
+    done = refine(torch.zeros(K, 2), 2 * pairs, settings, seconds, 7, score)
+    return done.params.float().numpy(), done.iterations
 
 
 if sys.argv[2] == "--first":
@@ -91,5 +90,5 @@ else:
     starts = jax.random.split(jax.random.PRNGKey(20261206), VALIDATION)
     print(json.dumps({"policy": sys.argv[1], "K": K, "pairs": PAIRS, "top": TOP, "sigma": SIGMA, "step": STEP,
                       "iterations": iterations, "device": str(jax.devices()[0]), "validation": VALIDATION,
-                      **summary(play(starts, u), play(starts, jnp.zeros_like(u))),
+                      **summary(play(starts, u), play(starts, np.zeros_like(u))),
                       "u": [[round(float(v), 3) for v in row] for row in np.asarray(u)]}), flush=True)
