@@ -42,15 +42,15 @@ def policy(path: str, names: list[str] = NAMES):
     return act
 
 
-def tanh_arguments(path: str) -> list:
-    """The arguments of a policy.txt's tanh formulas (Swimmer's observations), one JAX function ``f(obs)`` an
-    action, for probes that change what goes into the tanh."""
+def tanh_arguments(path: str):
+    """``pre(obs) -> [n_actions]``: the arguments of a policy.txt's tanh formulas (Swimmer's observations) in
+    JAX, for probes that change what goes into the tanh."""
     inner = []
     for text in formulas(path):
         e = sp.sympify(text, locals=LOCALS)
         assert e.func == sp.tanh
         inner.append(sp.lambdify([SYMS], e.args[0], modules=MODULES))
-    return inner
+    return lambda obs: jnp.stack([f(list(obs)) for f in inner])
 
 
 def trace(act, episodes: int, env, seed: int, record=lambda s: s.reward) -> tuple[np.ndarray, np.ndarray]:

@@ -25,12 +25,8 @@ MIRROR = jnp.asarray([-1, -1, -1, 1, -1, -1, -1, -1], jnp.float32)
 STROKE = 38  # steps a stroke of these formulas takes
 
 env = envs.get_environment("swimmer", backend="generalized")
-inner = tanh_arguments(sys.argv[2])
+pre = tanh_arguments(sys.argv[2])
 mode = sys.argv[3]
-
-
-def pre(obs):
-    return jnp.stack([f(list(obs)) for f in inner])
 
 
 def act(obs, value):

@@ -24,7 +24,7 @@ from replay_policy_txt import envs, jax, jnp, tanh_arguments
 from gprl.rl.refine import RefineSettings, refine
 
 env = envs.get_environment("swimmer", backend="generalized")
-inner = tanh_arguments(sys.argv[1])
+pre = tanh_arguments(sys.argv[1])
 
 
 def episode_return(key, u):
@@ -32,8 +32,7 @@ def episode_return(key, u):
     def body(carry, _):
         s, t = carry
         extra = jnp.where(t < len(u), u[jnp.minimum(t, len(u) - 1)], 0.0)
-        pre = jnp.stack([f(list(s.obs)) for f in inner])
-        s = env.step(s, jnp.tanh(pre + extra).astype(jnp.float32))
+        s = env.step(s, jnp.tanh(pre(s.obs) + extra).astype(jnp.float32))
         return (s, t + 1), s.reward
     return jax.lax.scan(body, (env.reset(key), 0), None, length=1000)[1].sum()
 

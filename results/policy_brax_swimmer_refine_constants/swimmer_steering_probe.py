@@ -22,14 +22,13 @@ STROKE = 38  # steps a stroke of these formulas takes
 WINDOW = 50  # steps between the direction's samples
 
 env = envs.get_environment("swimmer", backend="generalized")
-inner = tanh_arguments(sys.argv[2])
+pre = tanh_arguments(sys.argv[2])
 
 
 def act(obs, p):
     h = obs[0] + (2 * obs[1] + obs[2]) / 3
     obs = jnp.concatenate([obs[:3] * (1 + p[5]), obs[3:] * (1 + p[4])])
-    pre = [inner[j](list(obs)) + p[j] + p[2 + j] * h for j in range(2)]
-    return jnp.tanh(jnp.stack(pre)).astype(jnp.float32)
+    return jnp.tanh(pre(obs) + p[:2] + p[2:4] * h).astype(jnp.float32)
 
 
 def rollout(key, p):
