@@ -22,14 +22,15 @@ def coordinates(act, episodes: int, env, seed: int) -> np.ndarray:
     return np.concatenate([q0[:, None], q], 1)
 
 
-def centre_x(q: np.ndarray) -> np.ndarray:
+def centre_x(q: np.ndarray, cos=np.cos) -> np.ndarray:
     """x of the three equal capsules' centre of mass (swimmer.xml: the front one 0.5-1.5 ahead of the root,
-    the middle one from the joint at 0.5 back by 1, the back one from the joint at its end back by 1)."""
-    x, _, a1, a2, a3 = np.moveaxis(q, -1, 0)
-    front = x + np.cos(a1)
-    joint2 = x + 0.5 * np.cos(a1)
-    middle = joint2 - 0.5 * np.cos(a1 + a2)
-    back = joint2 - np.cos(a1 + a2) - 0.5 * np.cos(a1 + a2 + a3)
+    the middle one from the joint at 0.5 back by 1, the back one from the joint at its end back by 1);
+    ``cos=jnp.cos`` inside JAX."""
+    x, a1, a2, a3 = q[..., 0], q[..., 2], q[..., 3], q[..., 4]
+    front = x + cos(a1)
+    joint2 = x + 0.5 * cos(a1)
+    middle = joint2 - 0.5 * cos(a1 + a2)
+    back = joint2 - cos(a1 + a2) - 0.5 * cos(a1 + a2 + a3)
     return (front + middle + back) / 3
 
 
