@@ -10,7 +10,8 @@ x displacement over the step) or the three segments' centre of mass's x displace
 A formula sees no clock: what u gains that a reactive policy could not take tells where the return's
 headroom lies.
 
-``python swimmer_trajectory_probe.py POLICY OBJECTIVE STARTS ITERATIONS LR`` prints a JSON line every 10
+``python swimmer_trajectory_probe.py POLICY OBJECTIVE STARTS ITERATIONS LR [FREE]`` (u acts in the first FREE
+steps alone, default 1000: the formulas play the rest on their own) prints a JSON line every 10
 iterations, then one per start with u = 0 and the best u found (the objective is not smooth: the formulas'
 ``gt`` switches): return, its first 200 and last 38 steps, and the root's and the centre's displacement
 split into pace, start and end (``swimmer_phase_profile.py``)."""
@@ -28,16 +29,18 @@ pre = tanh_arguments(sys.argv[1])
 OBJECTIVE = sys.argv[2]
 STARTS, ITERATIONS = int(sys.argv[3]), int(sys.argv[4])
 LR = float(sys.argv[5])
+FREE = int(sys.argv[6]) if len(sys.argv) > 6 else 1000
+ACTS = (jnp.arange(1000) < FREE)[:, None]  # the steps u acts in
 DT = float(env.dt)  # positions over the step: return units
 
 
 def episode(u, key):
     """The objective, and per step the reward and q[:5] (the start first)."""
     def body(s, ut):
-        s = env.step(s, jnp.tanh(pre(s.obs) + ut).astype(jnp.float32))
+        s = env.step(s, jnp.tanh(pre(s.obs) + ut[0] * ut[1]).astype(jnp.float32))
         return s, (s.reward, s.pipeline_state.q[:5])
     s0 = env.reset(key)
-    r, q = jax.lax.scan(body, s0, u)[1]
+    r, q = jax.lax.scan(body, s0, (u, ACTS))[1]
     q = jnp.concatenate([s0.pipeline_state.q[None, :5], q])
     progress = r.sum() if OBJECTIVE == "return" else (centre_x(q[-1], jnp.cos) - centre_x(q[0], jnp.cos)) / DT
     return progress, (r, q)
@@ -66,6 +69,7 @@ for name, tuned in (("u = 0", np.zeros_like(best_u)), ("best u", best_u)):
     r, q = np.asarray(r, np.float64), np.asarray(q, np.float64)
     for i in range(STARTS):
         print(json.dumps({"policy": sys.argv[1], "objective": OBJECTIVE, "iterations": ITERATIONS, "lr": LR,
+                          **({"free": FREE} if FREE < 1000 else {}),
                           "start": i, "u": name, "return": round(float(r[i].sum()), 2),
                           "first_200": round(float(r[i, :200].sum()), 2),
                           "last_38": round(float(r[i, -38:].sum()), 2),
