@@ -36,12 +36,11 @@ DT = float(env.dt)  # positions over the step: return units
 
 def episode(u, key):
     """The objective, and per step the reward and q[:5] (the start first)."""
-    def body(s, step):
-        ut, acts = step
-        s = env.step(s, jnp.tanh(pre(s.obs) + ut * acts).astype(jnp.float32))
+    def body(s, ut):
+        s = env.step(s, jnp.tanh(pre(s.obs) + ut).astype(jnp.float32))
         return s, (s.reward, s.pipeline_state.q[:5])
     s0 = env.reset(key)
-    r, q = jax.lax.scan(body, s0, (u, ACTS))[1]
+    r, q = jax.lax.scan(body, s0, u * ACTS)[1]
     q = jnp.concatenate([s0.pipeline_state.q[None, :5], q])
     progress = r.sum() if OBJECTIVE == "return" else (centre_x(q[-1], jnp.cos) - centre_x(q[0], jnp.cos)) / DT
     return progress, (r, q)
