@@ -1,4 +1,4 @@
-"""Symbolic regression / classification check on a GPU (or any device); writes one JSON document (--out).
+"""Symbolic regression and classification quality on a GPU (or any device); writes one JSON document (--out).
 
 * Feynman I.9.18 with 100,000 training rows (+25,000 held out): MSE (train and test) of the chosen model
   against the EvoGP paper's 7.2e-4 at population 5,000, and the wall clock of the fit.
@@ -7,8 +7,8 @@
   ``--fit-all-rows``: EvoGP's protocol instead (its ``Classification`` problem scores the trees on every row
   of the dataset, with no held-out rows): fit on all rows and report the accuracy on them.
 
-    python scripts/dev/sr_check.py --device cuda --out gpu_out/sr_check.json
-    python scripts/dev/sr_check.py --device cuda --only breast_cancer wine --cls-ensemble 10  # 10 x 5k trees
+    python scripts/bench_estimators.py --device cuda --out gpu_out/bench_estimators.json
+    python scripts/bench_estimators.py --device cuda --only breast_cancer wine --cls-ensemble 10  # 10 x 5k trees
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def classification(name: str, args) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="auto")
-    p.add_argument("--out", default="sr_check.json")
+    p.add_argument("--out", default="bench_estimators.json")
     p.add_argument("--target-mse", type=float, default=7.2e-4)
     p.add_argument("--feynman-generations", type=int, default=3000)
     p.add_argument("--feynman-seconds", type=float, default=150.0)
