@@ -8,7 +8,7 @@
   of the dataset, with no held-out rows): fit on all rows and report the accuracy on them.
 
     python scripts/bench_estimators.py --device cuda --out gpu_out/bench_estimators.json
-    python scripts/bench_estimators.py --device cuda --only breast_cancer wine --cls-ensemble 10  # 10 x 5k trees
+    python scripts/bench_estimators.py --device cuda --only breast_cancer wine --cls-ensemble 10  # 10 x 5k
 """
 
 from __future__ import annotations

@@ -194,7 +194,7 @@ def evaluate_brax(run_dir: Path, episodes: int, seed: int) -> dict[str, Any]:
     import gprl.envs as genvs
     import torch
 
-    from gprl.rl.export import tree_from_record
+    from gprl.core.formulas import tree_from_record
     from gprl.rl.policy import ActionMap, evaluate_policies
 
     record = json.loads((run_dir / "policy.json").read_text())
@@ -217,7 +217,8 @@ def formula_nodes(run_dir: Path, digits: int) -> dict[str, Any]:
     """Sympy nodes per action of the simplified formulas (``policy.txt``), rebuilt from ``policy.json``."""
     import sympy
 
-    from gprl.rl.export import policy_expressions, readable, tree_from_record
+    from gprl.core.formulas import readable, tree_from_record
+    from gprl.rl.export import policy_expressions
 
     record = json.loads((run_dir / "policy.json").read_text())
     act, norm = record["action"], record["normalization"]

@@ -1,7 +1,7 @@
 """Export a regression/classification model found by ``train.py task=sr|classification``.
 
-The same machinery as the policy export (:mod:`gprl.rl.export`) with a supervised head instead of an action
-map: ``model.txt`` / ``model.tex`` (reading form over the feature names, standardisation folded in),
+The formulas of :mod:`gprl.core.formulas`, as in the policy export, with a supervised head instead of an
+action map: ``model.txt`` / ``model.tex`` (reading form over the feature names, standardisation folded in),
 ``model.py`` (NumPy only: ``predict(X)``, plus ``predict_proba``/``decision_function`` for classifiers; the
 tree is evaluated in float32 in the kernels' order, so it reproduces the training predictions),
 ``model.json`` (tree, feature names, standardisation, classes, metadata) and ``equations.csv`` (the Pareto
@@ -22,21 +22,21 @@ from typing import Any
 import numpy
 import sympy
 
-from gprl.core.population import Population
-from gprl.rl.export import (
+from gprl.core.formulas import (
     KERNEL_CONSTANTS,
     LIBM_SOURCE,
     PROTECTED_FUNCTIONS,
     float32_array,
     plain,
-    policy_expressions,
     readable,
     round_floats,
     safe_names,
     scores_source,
+    tree_expressions,
     tree_record,
     write_atomic,
 )
+from gprl.core.population import Population
 
 
 def exact_number(c: float) -> sympy.Expr:
@@ -44,12 +44,6 @@ def exact_number(c: float) -> sympy.Expr:
     scaling's 0, 1, 1/2, ...: ``0.5 * (2 * x)`` reads ``x``), else as a Float."""
     q = Fraction(float(c)).limit_denominator(12)
     return sympy.Rational(q.numerator, q.denominator) if float(q) == float(c) else sympy.Float(float(c))
-
-
-def model_expressions(tree: Population, mean: Sequence[float], std: Sequence[float],
-                      names: Sequence[str]) -> list[sympy.Expr]:
-    """Exact expressions (protected forms) of every output over the raw features."""
-    return policy_expressions(tree, mean, std, "none", None, None, names)
 
 
 def scaled(exprs: Sequence[sympy.Expr], scaling: tuple[Sequence[float], Sequence[float]] | None
@@ -65,7 +59,7 @@ def front_equation(tree: Population, mean: Sequence[float], std: Sequence[float]
                    digits: int, scaling: tuple[Sequence[float], Sequence[float]] | None = None) -> str:
     """A cheap reading form for the front table (no sympy.simplify: the front may hold 60 trees)."""
     names = safe_names(names, tree.n_in, "x")  # the identifiers of model.txt / model.py
-    exprs = scaled(model_expressions(tree, mean, std, names), scaling)
+    exprs = scaled(tree_expressions(tree, mean, std, names), scaling)
     exprs = [round_floats(plain(e), digits) for e in exprs]
     return "; ".join(sympy.sstr(e) for e in exprs)
 
@@ -188,7 +182,7 @@ def export_model(out_dir: str | os.PathLike, tree: Population, mean: Sequence[fl
     os.makedirs(out_dir, exist_ok=True)
     names = safe_names(feature_names, tree.n_in, "x")
     onames = safe_names(output_names, tree.n_out, "y")
-    exact = scaled(model_expressions(tree, mean, std, names), scaling)
+    exact = scaled(tree_expressions(tree, mean, std, names), scaling)
     reading = [readable(e, digits) for e in exact]
     if task == "regression":
         head = "prediction"

@@ -13,7 +13,8 @@ import torch
 
 import gprl
 from gprl import functions as F
-from gprl.rl.export import export_policy, policy_expressions, safe_names, tree_from_record
+from gprl.core.formulas import safe_names, tree_from_record
+from gprl.rl.export import export_policy, policy_expressions
 from gprl.rl.policy import ActionMap, ObsNormalizer
 from gprl.train.checkpoint import check_fingerprint, list_checkpoints, load_checkpoint, save_checkpoint
 from gprl.train.tasks.policy import episode_length_at, episode_schedule
@@ -122,7 +123,7 @@ def test_simplification_has_a_time_bound():
     bound the export keeps the folded formula, and the timer and handler are put back."""
     import signal
 
-    from gprl.rl.export import simplify_within
+    from gprl.core.formulas import simplify_within
 
     x, y = sympy.symbols("x y", real=True)
     slow = sympy.tanh(2 * sympy.tanh(0.1403 * x - 0.009714) - sympy.tanh(6.909 * y - 0.2117 * x + 2.238)
@@ -138,7 +139,7 @@ def test_an_alarm_landing_after_simplify_returned_is_ignored(monkeypatch):
     the result stands and nothing escapes the export."""
     import signal
 
-    from gprl.rl.export import readable, simplify_within
+    from gprl.core.formulas import readable, simplify_within
 
     setitimer = signal.setitimer
 
