@@ -51,9 +51,13 @@ class GPConfig:
     selection: str = field(default="tournament", metadata=_schema(str))
     """Parent selection, one of ``gprl.selection.SELECTIONS`` (lexicase needs per-case errors in ``step``)."""
     tournament_size: int = field(default=7, metadata=_schema(Optional[int]))  # noqa: UP045
+    """Trees per tournament (``selection="tournament"``)."""
     truncation_fraction: float = field(default=0.5, metadata=_schema(float))
+    """The best share parents are drawn from (``selection="truncation"``)."""
     rank_pressure: float = field(default=1.5, metadata=_schema(float))
+    """Linear ranking's selective pressure in [1, 2] (``selection="rank"``)."""
     lexicase_epsilon: Any = field(default="mad", metadata=_schema(Any))
+    """Epsilon-lexicase tolerance per case: ``"mad"`` (median absolute deviation) or a number."""
     elitism: int = field(default=1, metadata=_schema(int))
     """Best trees copied unchanged into the next generation (per island)."""
     parsimony: float = field(default=0.0, metadata=_schema(float))
@@ -85,6 +89,7 @@ class GPConfig:
     migration_interval: int = field(default=10, metadata=_schema(int))
     """Islands: every this many generations each island's best ``migrants`` trees join the next island."""
     migrants: int = field(default=1, metadata=_schema(int))
+    """Islands: trees each island sends to the next one at a migration."""
     es_share: float = field(default=0.0, metadata=_schema(Optional[float]))  # noqa: UP045
     """Share of the population given to the evolution strategy over the best trees' constants
     (``gprl.evolve.es``; 0: off): ``es_share * population_size // (2·es_pairs + 1)`` trees tuned per
