@@ -149,7 +149,7 @@ def _dlpack_importer(jax: Any, jax_device: Any, device: torch.device) -> Callabl
 
     ``jax.dlpack.from_dlpack`` wraps this call in Python (the ready-stream lookup, torch's ``__dlpack__``
     making an event and stream objects, ``jnp.asarray``): 118–128 µs of host time an import against 43 µs
-    here on the H100 (``results/h100_brax_jaxlib_import/``), and a Brax step holds the host, so that time
+    here, measured on an H100, and a Brax step holds the host, so that time
     adds to every step. Here the ordering is the same (torch's pending
     work, then an event that one of JAX's external-ready streams waits on, then JAX's ready event there) with
     the stream and event objects made once. jaxlib takes only its own streams there: handing it torch's

@@ -354,7 +354,7 @@ void shared_mode_shape(int64_t D, int* rows, int* threads, int64_t strategy, int
 }  // namespace
 
 // The order in which blocks of `threads` threads, `nseg` per tree, take trees (longest_first_kernel), or an
-// undefined tensor (index order) where it does not pay. Measured on an H100 (results/h100_long_trees/): up to
+// undefined tensor (index order) where it does not pay. Measured on an H100: up to
 // a few hundred trees run at once anyway; trees split over several segments, and blocks of under 128 threads
 // (warp per tree, hybrid blocks at D = 60), finish too soon for the sort and each block's dependent load of
 // its tree index to pay. Past ORDER_MAX_TREES the one-block sort grows with P while the tail it saves does

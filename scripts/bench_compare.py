@@ -23,9 +23,9 @@
 gprl's CPU backend against pyoperon on the same cores (torch threads = pyoperon threads = --threads) is the
 "cpu_vs_pyoperon" part of the JSON.
 
-    python scripts/bench_compare.py --out results/compare_cpu.json --plot results/compare_cpu.png
+    python scripts/bench_compare.py --out results/compare_cpu/compare_cpu.json --plot compare_cpu.png
     python scripts/bench_compare.py --engines gprl --device cuda --out gpu.json \
-        --merge results/compare_cpu.json --plot compare.png      # GPU gprl next to the CPU peers
+        --merge results/compare_cpu/compare_cpu.json --plot compare.png      # GPU gprl next to the CPU peers
     python scripts/bench_compare.py --no-grid --no-runs --merge a.json b.json --plot ab.png   # plot only
 """
 

@@ -38,10 +38,10 @@ solution, "sympy": "timeout ...").
 --out and runs only the missing (engine, device, problem, noise, time) ones. The summary per engine, device,
 noise and time: accuracy- and symbolic-solution rates, median model length, median fit seconds.
 
-    python scripts/bench_srbench.py --out results/srbench_cpu.json --plot results/srbench_cpu.png
-    python scripts/bench_srbench.py --noise 0.01 --every 2 --out results/srbench_cpu.json --resume
+    python scripts/bench_srbench.py --out srbench_cpu.json --plot srbench_cpu.png
+    python scripts/bench_srbench.py --noise 0.01 --every 2 --out srbench_cpu.json --resume
     python scripts/bench_srbench.py --engines gprl --device cuda --out gpu.json   # then, to compare:
-    python scripts/bench_srbench.py --merge gpu.json results/srbench_cpu.json --plot srbench.png
+    python scripts/bench_srbench.py --merge gpu.json srbench_cpu.json --plot srbench.png
     python scripts/bench_srbench.py --engines gprl pyoperon --problems nguyen_1 feynman_I.9.18 --time 3
 """
 
