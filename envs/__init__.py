@@ -84,12 +84,12 @@ def _check_backend(backend: str) -> None:
 def _unknown_task(name: str, backend: str) -> ValueError:
     choices = task_names(None if backend == "auto" else backend)
     close = difflib.get_close_matches(name, choices, n=3)
-    hint = f" Did you mean {close}?" if close else ""
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
     where = "any installed backend" if backend == "auto" else f"backend {backend!r}"
-    shown = choices if len(choices) <= 60 else [*sorted(SHARED_TASKS), "...", f"({len(choices)} in all)"]
     return ValueError(
-        f"unknown task {name!r} for {where}.{hint} Shared task names: {sorted(SHARED_TASKS)}; "
-        f"all choices: {shown} (see gprl.envs.task_names(backend))."
+        f"unknown task {name!r} for {where}.{hint} Shared names: {', '.join(sorted(SHARED_TASKS))}; a "
+        f"Gymnasium id, a Brax, Playground or Genesis name (gprl.envs.task_names() lists the {len(choices)} "
+        "installed), or a module:Class entry point of your own environment."
     )
 
 
@@ -114,6 +114,8 @@ def auto_backend(name: str) -> str:
             f'no backend for {name!r} is installed; install one, e.g. pip install -e ".[mujoco]" '
             f"(or .[brax], .[gymnasium])"
         )
+    if ":" in name:  # an entry point, module:Class or Gymnasium's module:EnvId
+        return "gymnasium"
     for b in ("gymnasium", "brax", "genesis"):
         if name in _backend_names(b):
             return b
@@ -152,7 +154,8 @@ def make(
 
     Args:
         name: a shared task name (:data:`SHARED_TASKS`) or an id the backend knows (a Gymnasium id such as
-            ``"CartPole-v1"``, a Brax or MuJoCo Playground name, a Genesis task of :mod:`.genesis_env`).
+            ``"CartPole-v1"``, a Brax or MuJoCo Playground name, a Genesis task of :mod:`.genesis_env`), or an
+            entry point ``"module:Class"`` of a user's own Gymnasium environment (or ``module:factory``).
         backend: ``"auto"`` (Brax with a GPU JAX, else native MuJoCo, else Gymnasium; for other ids the
             backend that knows them), or one of :data:`BACKENDS`.
         num_envs: batch size N.
@@ -170,7 +173,8 @@ def make(
         raise ValueError(f"episode_length must be a positive int or None, got {episode_length!r}")
     if backend == "auto":
         backend = auto_backend(name)
-    elif not (name in SHARED_TASKS and backend in SHARED_TASKS[name]) and available(_EXTRA_MODULE[backend]):
+    elif not (name in SHARED_TASKS and backend in SHARED_TASKS[name]) and available(_EXTRA_MODULE[backend]) \
+            and not (backend == "gymnasium" and ":" in name):
         known = _backend_names(backend)
         if backend == "mujoco":
             from .mujoco_tasks import gymnasium_id_to_task

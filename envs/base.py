@@ -15,7 +15,8 @@ Episode bookkeeping is the same for every backend and lives here, so that evalua
 * Actions are validated (a ``TypeError``/``ValueError`` that names ``action``), non-finite entries are
   replaced (NaN → 0, ±inf → the bound) and continuous actions are clipped to ``[action_low, action_high]``, so
   raw tree outputs are always safe. Discrete environments take the argmax over ``num_actions`` outputs (or
-  integer indices of shape ``[N]``).
+  integer indices of shape ``[N]``); with ``action_segments`` (MultiDiscrete, MultiBinary) an argmax over each
+  segment's own outputs, ``[N, len(action_segments)]``.
 
 Seeding follows Gymnasium's vector convention on every backend but Genesis: ``reset(seed)`` starts environment
 ``i`` from the seed ``seed + i``. So environments ``[a, b)`` of a batch are reproduced exactly by a batch of
@@ -101,6 +102,7 @@ class VecEnv(abc.ABC):
         num_actions: int | None = None,
         obs_names: Sequence[str] | None = None,
         action_names: Sequence[str] | None = None,
+        action_segments: Sequence[int] | None = None,
     ) -> None:
         self.name = name
         self.num_envs = int(num_envs)
@@ -111,6 +113,11 @@ class VecEnv(abc.ABC):
         self.seed = int(seed)
         self.num_actions = num_actions
         self.discrete = num_actions is not None
+        # several discrete choices, each an argmax over its own consecutive scores (None: one choice)
+        self.action_segments = list(action_segments) if action_segments is not None else None
+        if self.action_segments is not None and sum(self.action_segments) != num_actions:
+            raise AssertionError(f"{name}: action_segments {self.action_segments} must add up to "
+                                 f"num_actions={num_actions}")
         if self.discrete:
             self.action_low = self.action_high = None
         else:
@@ -195,18 +202,19 @@ class VecEnv(abc.ABC):
         """Validate ``action`` and map it to what the simulator takes.
 
         Continuous: float [N, act_dim] → float32 [N, act_dim], finite and clipped to the bounds.
-        Discrete: float [N, num_actions] → argmax, or integer [N] → as is; returns int64 [N].
+        Discrete: float [N, num_actions] → argmax, or integer [N] → as is; returns int64 [N] (with
+        ``action_segments``: an argmax per segment, int64 [N, len(action_segments)]).
         """
         self._check_action_tensor(action)
         n = self.num_envs
         if self.discrete:
+            k = len(self.action_segments) if self.action_segments else 1
             if not action.dtype.is_floating_point and action.dtype != torch.bool:
-                if action.shape not in ((n,), (n, 1)):
-                    raise ValueError(
-                        f"integer action must have shape [{n}] (one index per environment), "
-                        f"got {tuple(action.shape)}"
-                    )
-                return action.reshape(n).long()
+                if action.shape not in (((n,), (n, 1)) if k == 1 else ((n, k),)):
+                    shape, per = ([n], "environment") if k == 1 else ([n, k], "environment and choice")
+                    raise ValueError(f"integer action must have shape {shape} (one index per {per}), "
+                                     f"got {tuple(action.shape)}")
+                return action.reshape(n).long() if k == 1 else action.long()
             if not action.dtype.is_floating_point:
                 raise TypeError(f"action must be floating point (scores per action), got {action.dtype}")
             if tuple(action.shape) != (n, self.num_actions):
@@ -215,7 +223,10 @@ class VecEnv(abc.ABC):
                     f"(one score per discrete action; the env takes the argmax), got {tuple(action.shape)}"
                 )
             # NaN scores must not win the argmax
-            return torch.nan_to_num(action, nan=-torch.inf).argmax(dim=-1)
+            scores = torch.nan_to_num(action, nan=-torch.inf)
+            if k == 1:
+                return scores.argmax(dim=-1)
+            return torch.stack([s.argmax(dim=-1) for s in scores.split(self.action_segments, dim=-1)], dim=-1)
         self._check_continuous_action(action)
         # NaN → 0 and ±inf → ±float32 max, which the clip then maps to the bounds
         action = torch.nan_to_num(action.to(torch.float32), nan=0.0)

@@ -5,12 +5,22 @@ keeps an ended episode ended (flags stay set, reward 0) until ``reset()``, so wh
 with that sub-environment afterwards (its hidden reset and new episode) is ignored. ``reset(seed)`` seeds
 sub-environment ``i`` with ``seed + i``, exactly as ``gymnasium.vector`` does.
 
-Action spaces: ``Box`` (clipped to its bounds) and ``Discrete`` (argmax over ``num_actions`` outputs).
-Observation spaces: ``Box`` (flattened) and ``Discrete`` (one-hot).
+Names: any registered id, Gymnasium's ``module:EnvId`` (the module registers ``EnvId`` when imported), or an
+entry point ``module:Class`` / ``module:factory`` (a user's own environment, registered here under
+``gprl/module.Class``; :func:`resolve_id`).
+
+Action spaces: ``Box`` (clipped to its bounds), ``Discrete`` (argmax over ``num_actions`` scores),
+``MultiDiscrete`` and ``MultiBinary`` (an argmax per component over its own scores: ``action_segments``).
+Observation spaces: ``Box``, ``Discrete`` (one-hot), ``MultiBinary``, ``MultiDiscrete`` (one-hot per
+component) and ``Dict``/``Tuple`` of them, flattened as ``gymnasium.spaces.flatten`` does, with names from the
+keys (:func:`flat_names`). Images and other spaces get a ``TypeError`` that names the space.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -47,6 +57,91 @@ def registered_ids() -> list[str]:
     return sorted(gym.envs.registry.keys())
 
 
+def resolve_id(env_id: str) -> str:
+    """The registered id to make for ``env_id``: itself, or for an entry point ``module:Class`` (or a factory)
+    that Gymnasium's own ``module:EnvId`` does not name, ``gprl/module.Class`` registered here with it."""
+    gym = require("gymnasium", "gymnasium")
+    if ":" not in env_id:
+        return env_id
+    module, _, attr = env_id.partition(":")
+    if os.getcwd() not in sys.path:  # as `python -m` would: the user's module where the command runs
+        sys.path.append(os.getcwd())
+    try:
+        target = importlib.import_module(module)  # it may register ids (Gymnasium's module:EnvId)
+    except ImportError as err:
+        raise ValueError(f"env {env_id!r}: cannot import module {module!r} ({err}); run from the folder "
+                         "that holds it or put it on PYTHONPATH") from None
+    if attr in gym.envs.registry:
+        return env_id
+    own = "gprl/" + env_id.replace(":", ".")
+    if own not in gym.envs.registry:
+        for part in attr.split("."):
+            target = getattr(target, part, None)
+        if not callable(target):
+            raise ValueError(f"env {env_id!r}: module {module!r} has no environment id, class or factory "
+                             f"named {attr!r}")
+        gym.register(id=own, entry_point=env_id)
+    return own
+
+
+# what a tree reads: flattened spaces of numbers; an image is a picture for a network, not for a formula
+IMAGE_DIMS = 2
+
+
+def flat_names(space: Any, prefix: str = "") -> list[str]:
+    """One name per entry of ``gymnasium.spaces.flatten(space, x)``, from the keys of Dict and the indices of
+    Tuple spaces (``"velocity_1"``, ``"goal_x"``); raises a TypeError that names an unsupported space."""
+    spaces = require("gymnasium", "gymnasium").spaces
+
+    def join(*parts: object) -> str:
+        return "_".join(str(p) for p in parts if str(p) != "")
+
+    if isinstance(space, spaces.Dict):
+        return [n for key, sub in space.spaces.items() for n in flat_names(sub, join(prefix, key))]
+    if isinstance(space, spaces.Tuple):
+        return [n for i, sub in enumerate(space.spaces) for n in flat_names(sub, join(prefix, i))]
+    if isinstance(space, spaces.Box):
+        if len(space.shape) >= IMAGE_DIMS and (space.dtype == np.uint8 or len(space.shape) > IMAGE_DIMS):
+            raise TypeError(f"observation space {space} looks like an image, which a formula cannot read: "
+                            "give the environment a vector observation (e.g. positions and velocities)")
+        size = int(np.prod(space.shape))
+        return [prefix or "obs"] if size == 1 else [join(prefix or "obs", i) for i in range(size)]
+    if isinstance(space, spaces.Discrete):
+        return [join(prefix or "obs", f"is{int(space.start) + k}") for k in range(int(space.n))]
+    if isinstance(space, spaces.MultiBinary):
+        return [join(prefix or "obs", i) for i in range(int(np.prod(space.shape)))]
+    if isinstance(space, spaces.MultiDiscrete):
+        return [join(prefix or "obs", i, f"is{int(s) + k}") for i, (n, s) in
+                enumerate(zip(space.nvec.ravel(), space.start.ravel())) for k in range(int(n))]
+    raise TypeError(f"observation space {space} is not supported: Box, Discrete, MultiBinary, MultiDiscrete "
+                    "and Dict or Tuple of them")
+
+
+def action_layout(space: Any) -> tuple[dict[str, Any], np.ndarray | None]:
+    """The ``VecEnv`` action arguments for ``space``, and the offsets added to discrete choices (starts)."""
+    spaces = require("gymnasium", "gymnasium").spaces
+    if isinstance(space, spaces.Box):
+        if len(space.shape) != 1:
+            raise TypeError(f"action space {space} is not supported: a Box action must be 1-D")
+        return {"act_dim": space.shape[0], "action_low": torch.as_tensor(space.low, dtype=torch.float32),
+                "action_high": torch.as_tensor(space.high, dtype=torch.float32)}, None
+    if isinstance(space, spaces.Discrete):
+        segments, start = [int(space.n)], np.array([int(space.start)])
+    elif isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1:
+        segments, start = [int(n) for n in space.nvec], space.start.astype(np.int64)
+    elif isinstance(space, spaces.MultiBinary) and len(space.shape) == 1:
+        segments, start = [2] * int(space.n), np.zeros(int(space.n), np.int64)
+    else:
+        raise TypeError(f"action space {space} is not supported: Box (1-D), Discrete, MultiDiscrete (1-D) or "
+                        "MultiBinary (1-D)")
+    if isinstance(space, spaces.Discrete):
+        return {"act_dim": segments[0], "num_actions": segments[0]}, start
+    # one score per choice of each component: a<component>_<choice>
+    names = [f"a{i}_{int(s) + k}" for i, (n, s) in enumerate(zip(segments, start)) for k in range(n)]
+    return {"act_dim": sum(segments), "num_actions": sum(segments), "action_segments": segments,
+            "action_names": names}, start
+
+
 def _obs_names(env_id: str, obs_dim: int) -> list[str] | None:
     base = env_id.split("/")[-1].split("-v")[0]
     names = CLASSIC_OBS_NAMES.get(base)
@@ -80,57 +175,44 @@ class GymnasiumEnv(VecEnv):
 
         if vectorization_mode not in ("sync", "async"):
             raise ValueError(f"vectorization_mode must be 'sync' or 'async', got {vectorization_mode!r}")
-        spec = gym.spec(env_id)
+        make_id = resolve_id(env_id)
+        spec = gym.spec(make_id)
         limit = episode_length if episode_length is not None else spec.max_episode_steps
         if limit is None:
-            raise ValueError(f"{env_id} has no time limit of its own: pass episode_length=")
+            raise ValueError(f"{env_id} has no time limit of its own: set one (env.episode_length=N in "
+                             "train.py, episode_length=N in gprl.envs.make)")
+        try:
+            probe = gym.make(make_id, **env_kwargs)
+        except gym.error.DependencyNotInstalled as err:  # e.g. Box2D: Gymnasium's message names the fix
+            raise ImportError(f"{env_id}: {err}") from None
+        obs_space, act_space = probe.observation_space, probe.action_space
+        probe.close()
+        names = flat_names(obs_space)  # a TypeError names an unsupported space before any worker starts
+        act_kw, self._act_start = action_layout(act_space)
+        # a non-vector observation is flattened in each sub-environment (Dict, Tuple, one-hot, n-d Box)
+        flat = not (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1)
         self.vec = gym.make_vec(
-            env_id,
+            make_id,
             num_envs=num_envs,
             vectorization_mode=vectorization_mode,
             vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP},
+            wrappers=[gym.wrappers.FlattenObservation] if flat else None,
             max_episode_steps=limit,
             **env_kwargs,
         )
-        obs_space, act_space = self.vec.single_observation_space, self.vec.single_action_space
-        spaces = gym.spaces
-        if isinstance(obs_space, spaces.Box):
-            obs_dim, self._obs_onehot = int(np.prod(obs_space.shape)), None
-        elif isinstance(obs_space, spaces.Discrete):
-            obs_dim, self._obs_onehot = int(obs_space.n), int(obs_space.start)
-        else:
-            raise TypeError(
-                f"{env_id}: observation space {obs_space} is not supported (Box or Discrete only)"
-            )
-        if isinstance(act_space, spaces.Box):
-            if len(act_space.shape) != 1:
-                raise TypeError(f"{env_id}: only 1-D Box action spaces are supported, got {act_space}")
-            act_kw: dict[str, Any] = {
-                "act_dim": act_space.shape[0],
-                "action_low": torch.as_tensor(act_space.low, dtype=torch.float32),
-                "action_high": torch.as_tensor(act_space.high, dtype=torch.float32),
-            }
-            self._act_dtype = act_space.dtype
-        elif isinstance(act_space, spaces.Discrete):
-            act_kw = {"act_dim": int(act_space.n), "num_actions": int(act_space.n)}
-            self._act_start = int(act_space.start)
-        else:
-            raise TypeError(f"{env_id}: action space {act_space} is not supported (Box or Discrete only)")
+        self._act_dtype = act_space.dtype
         super().__init__(
             name=env_id,
             num_envs=num_envs,
-            obs_dim=obs_dim,
+            obs_dim=len(names),
             device=torch.device(device) if device is not None else torch.device("cpu"),
             episode_length=limit,
             seed=seed,
-            obs_names=_obs_names(env_id, obs_dim),
+            obs_names=_obs_names(env_id, len(names)) or (names if flat else None),
             **act_kw,
         )
 
     def _obs(self, obs: np.ndarray) -> torch.Tensor:
-        if self._obs_onehot is not None:
-            idx = torch.as_tensor(np.asarray(obs) - self._obs_onehot, dtype=torch.long)
-            return torch.nn.functional.one_hot(idx, self.obs_dim).to(self.device, torch.float32)
         return torch.as_tensor(np.asarray(obs).reshape(self.num_envs, -1)).to(self.device, torch.float32)
 
     def _reset(self, seed: int | None) -> torch.Tensor:
@@ -139,7 +221,7 @@ class GymnasiumEnv(VecEnv):
 
     def _step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.discrete:
-            act = action.cpu().numpy() + self._act_start
+            act = action.cpu().numpy() + (self._act_start if self.action_segments else self._act_start[0])
         else:
             act = action.cpu().numpy().astype(self._act_dtype, copy=False)
         obs, reward, terminated, truncated, _ = self.vec.step(act)

@@ -37,16 +37,41 @@ def load_policy(path: str | os.PathLike):
     return module
 
 
+def gymnasium_id(env_id: str) -> str:
+    """What to make for a run's environment: its Gymnasium id, or for an entry point ``module:Class`` (a
+    user's own environment, imported from the current folder too) the id gprl registered it under,
+    registered here the same way."""
+    import importlib
+
+    import gymnasium as gym
+
+    if ":" not in env_id:
+        return env_id
+    module, _, attr = env_id.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    importlib.import_module(module)  # may register its own ids (Gymnasium's module:EnvId)
+    if attr in gym.envs.registry:
+        return env_id
+    own = "gprl/" + env_id.replace(":", ".")
+    if own not in gym.envs.registry:
+        gym.register(id=own, entry_point=env_id)
+    return own
+
+
 def replay_gymnasium(policy, meta: dict, episodes: int, seed: int, episode_length: int,
                      render: str | None = None) -> list[float]:
     """Episode e starts from ``reset(seed=seed + e)``
     (gprl's MuJoCo backend seeds environment i with seed + i)."""
     import gymnasium as gym
 
-    env_id = GYM_IDS.get(meta["env"], meta["env"])
+    env_id = gymnasium_id(GYM_IDS.get(meta["env"], meta["env"]))
     kwargs = dict(meta.get("env_kwargs") or {})
-    env = gym.make(env_id, max_episode_steps=episode_length, render_mode="rgb_array" if render else None,
-                   **kwargs)
+    if render:
+        kwargs["render_mode"] = "rgb_array"
+    env = gym.make(env_id, max_episode_steps=episode_length, **kwargs)
+    if not (isinstance(env.observation_space, gym.spaces.Box) and len(env.observation_space.shape) == 1):
+        env = gym.wrappers.FlattenObservation(env)  # as gprl's adapter reads Dict, Tuple, Discrete, ...
     returns, frames = [], []
     for e in range(episodes):
         obs, _ = env.reset(seed=seed + e)

@@ -104,6 +104,9 @@ CENTER, HALF = (LOW + HIGH) / 2, (HIGH - LOW) / 2
 
 # the rest of act(), per action transform
 ARGMAX_ACTION = "    return numpy.argmax(numpy.where(numpy.isnan(y), -numpy.inf, y), axis=-1)"
+# several discrete choices (MultiDiscrete, MultiBinary): an argmax over each one's consecutive scores
+SEGMENTS_ACTION = Template("""    y = numpy.where(numpy.isnan(y), -numpy.inf, y)
+    return numpy.stack([numpy.argmax(s, axis=-1) for s in numpy.split(y, $cuts, axis=-1)], axis=-1)""")
 MAPPED_ACTION = Template("""    a = $mapped
     # as the environments do: NaN -> 0, then the bounds
     return $bounded.astype(numpy.float32)""")
@@ -114,13 +117,14 @@ MAPPED = {"tanh": "CENTER + HALF * _r(numpy.tanh, y)", "clip": "numpy.minimum(nu
 def numpy_source(exprs: Sequence[sympy.Expr], obs_names: Sequence[str], action_names: Sequence[str],
                  transform: str, readable_text: str, meta: dict[str, Any], record: dict[str, Any],
                  mean: Sequence[float], std: Sequence[float], low: Sequence[float] | None,
-                 high: Sequence[float] | None) -> str:
+                 high: Sequence[float] | None, segments: Sequence[int] | None = None) -> str:
     """A self-contained module (NumPy only) with ``act(obs) -> action`` (:data:`POLICY_TEMPLATE`).
 
     ``act`` evaluates the tree in float32 in the kernels' order (normalise, tree, action map), so a replay
     follows the training trajectories; ``formula_scores`` evaluates the folded raw-unit formula (float64)."""
     if transform == "argmax":
-        action = ARGMAX_ACTION
+        cuts = [sum(segments[:k + 1]) for k in range(len(segments) - 1)] if segments else None
+        action = SEGMENTS_ACTION.substitute(cuts=cuts) if segments else ARGMAX_ACTION
     else:
         bounded = "numpy.clip(numpy.nan_to_num(a, nan=0.0), LOW, HIGH)" if low is not None \
             else "numpy.nan_to_num(a, nan=0.0)"
@@ -151,14 +155,16 @@ def latex_source(exprs: Sequence[sympy.Expr], action_names: Sequence[str]) -> st
 def export_policy(out_dir: str | os.PathLike, tree: Population, mean: Sequence[float], std: Sequence[float],
                   transform: str, low: Sequence[float] | None, high: Sequence[float] | None,
                   obs_names: Sequence[str] | None, action_names: Sequence[str] | None,
-                  meta: dict[str, Any], digits: int = 4) -> dict[str, str]:
+                  meta: dict[str, Any], digits: int = 4, segments: Sequence[int] | None = None
+                  ) -> dict[str, str]:
     """Writes policy.txt, policy.tex, policy.py and policy.json into ``out_dir``; returns their paths."""
     os.makedirs(out_dir, exist_ok=True)
     onames = safe_names(obs_names, tree.n_in, "obs")
     anames = safe_names(action_names, tree.n_out, "a")
     exact = policy_expressions(tree, mean, std, transform, low, high, onames)
     reading = [readable(e, digits) for e in exact]
-    head = "argmax over the scores" if transform == "argmax" else f"action transform: {transform}"
+    head = (f"argmax over each of the consecutive groups of {list(segments)} scores" if segments
+            else "argmax over the scores" if transform == "argmax" else f"action transform: {transform}")
     text = "".join(f"{a} = {sympy.sstr(e)}\n" for a, e in zip(anames, reading))
     text_file = (f"# gprl policy for {meta.get('env', '?')}: one formula per action, raw observation units "
                  f"({head}; '/' and log are protected: x/0 -> 1, log|x|; gt(a, b) = 1 if a > b else -1, "
@@ -166,13 +172,14 @@ def export_policy(out_dir: str | os.PathLike, tree: Population, mean: Sequence[f
     record = {"format": "gprl.policy", "version": 1, "obs_names": onames, "action_names": anames,
               "normalization": {"mean": [float(m) for m in mean], "std": [float(s) for s in std]},
               "action": {"transform": transform, "low": None if low is None else [float(v) for v in low],
-                         "high": None if high is None else [float(v) for v in high]},
+                         "high": None if high is None else [float(v) for v in high],
+                         "segments": None if segments is None else [int(n) for n in segments]},
               "tree": tree_record(tree), "formulas": {a: str(e) for a, e in zip(anames, reading)},
               "exact_formulas": {a: sympy.srepr(e) for a, e in zip(anames, exact)}, "meta": meta}
     paths = {k: os.path.join(out_dir, f"policy.{k}") for k in ("txt", "tex", "py", "json")}
     write_atomic(paths["txt"], text_file)
     write_atomic(paths["tex"], latex_source(reading, anames))
     write_atomic(paths["py"], numpy_source(exact, onames, anames, transform, text, meta, record["tree"], mean,
-                                           std, low, high))
+                                           std, low, high, segments))
     write_atomic(paths["json"], json.dumps(record, indent=1))
     return paths

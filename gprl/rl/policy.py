@@ -6,7 +6,8 @@ actions through an :class:`ActionMap`:
 * ``tanh`` (continuous): ``a = center + half * tanh(y)`` with ``center = (low + high) / 2`` and
   ``half = (high - low) / 2``, so any output lands inside the bounds;
 * ``clip`` (continuous): ``a = min(max(y, low), high)``;
-* ``argmax`` (discrete): ``y`` are scores, the environment takes their argmax.
+* ``argmax`` (discrete): ``y`` are scores, the environment takes their argmax (with ``segments``, the argmax
+  of each segment's consecutive scores: MultiDiscrete and MultiBinary actions).
 
 The normaliser's statistics are **frozen within a generation** (every individual of a generation sees the same
 mean/std, so their returns are comparable) and updated from that generation's observations afterwards.
@@ -99,6 +100,7 @@ class ActionMap:
     transform: str
     low: torch.Tensor | None = None
     high: torch.Tensor | None = None
+    segments: tuple[int, ...] | None = None  # argmax: scores per discrete choice (None: one choice)
 
     def __post_init__(self):
         if self.transform not in ACTION_TRANSFORMS:
@@ -118,7 +120,8 @@ class ActionMap:
         if not env.discrete and transform == "argmax":
             raise ValueError(f"env {env.name!r} is continuous: use action transform 'tanh' or 'clip', "
                              "not 'argmax'")
-        return cls(transform, env.action_low, env.action_high)
+        segments = tuple(env.action_segments) if env.action_segments else None
+        return cls(transform, env.action_low, env.action_high, segments)
 
     @property
     def n_out(self) -> int | None:
@@ -148,7 +151,8 @@ class ActionMap:
             low, high = self.low.to(y.device), self.high.to(y.device)
             return (torch.minimum(torch.maximum(y, low), high) - center) / half
         if self.transform == "argmax":
-            return torch.nn.functional.one_hot(y.argmax(-1), y.shape[-1]).to(y.dtype)
+            return torch.cat([torch.nn.functional.one_hot(s.argmax(-1), s.shape[-1]).to(y.dtype)
+                              for s in y.split(list(self.segments or [y.shape[-1]]), dim=-1)], dim=-1)
         return y
 
     def state_dict(self) -> dict:

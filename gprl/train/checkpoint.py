@@ -166,7 +166,7 @@ def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], run_dir: s
 FREE_SETTINGS = frozenset({
     "resume", "resume_allow_changes", "checkpoint_every", "keep_checkpoints", "progress", "wandb", "threads",
     "device", "dist", "gp.generations", "gp.time_limit", "gp.target_return", "env.per_backend",
-    "task.digits", "task.validation_episodes", "task.validation_keep", "task.simplify"})
+    "task.per_backend", "task.digits", "task.validation_episodes", "task.validation_keep", "task.simplify"})
 _UNSET = "<unset>"
 
 

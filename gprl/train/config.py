@@ -17,7 +17,9 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 
-from omegaconf import MISSING
+from hydra.core.object_type import ObjectType
+from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSource
+from omegaconf import MISSING, OmegaConf
 
 from gprl.evolve.config import GPConfig, hydra_fields
 
@@ -112,6 +114,10 @@ class TaskSchema:
     the share s of the best validated return exported; false: off; null: the backend's default, else 0.02."""
     digits: int = 4
     """Significant digits of the constants in the exported text and LaTeX."""
+    per_backend: dict[str, Any] = field(default_factory=dict)
+    """policy: defaults for the null entries of ``gp``, ``env`` and ``task`` by resolved backend, where the
+    machine requires them (a batch the simulator steps efficiently); a preset's ``env.per_backend`` comes
+    first."""
     metric: str | None = None
     """sr: ``mse``, ``mae`` or ``rmse``; classification: ``cross_entropy`` or ``accuracy``."""
     model_selection: str | None = None
@@ -201,10 +207,53 @@ class TrainSchema:
     """A progress bar."""
 
 
+class AnyEnvSource(ConfigSource):
+    """A Hydra config source (``gprl-env://``, last on ``configs/config.yaml``'s search path) that answers
+    ``env=<name>`` for any name without a preset in ``configs/env/``: ``{name: <name>}`` over the schema's
+    defaults, so a Gymnasium id (``env=Pendulum-v1``, ``env=ALE/Pong-v5``), an entry point
+    (``env=my_module:MyEnv``), a Brax, Playground or Genesis name is one token. Whether the name exists is
+    the environment backends' to say (:func:`gprl.envs.make`: one line with close matches)."""
+
+    def __init__(self, provider: str = "gprl", path: str = "gprl-env://") -> None:
+        super().__init__(provider, path)
+
+    @staticmethod
+    def scheme() -> str:
+        return "gprl-env"
+
+    def _name(self, config_path: str) -> str | None:
+        path = self._normalize_file_name(config_path)
+        name = path[len("env/"):-len(".yaml")] if path.startswith("env/") else ""
+        return name or None
+
+    def load_config(self, config_path: str) -> ConfigResult:
+        name = self._name(config_path)
+        if name is None:
+            raise ConfigLoadError(f"no config {config_path!r}")
+        return ConfigResult(config=OmegaConf.create({"name": name}), path=self.full_path(),
+                            provider=self.provider, header={"package": None})
+
+    def available(self) -> bool:
+        return True
+
+    def is_group(self, config_path: str) -> bool:
+        return config_path in ("", "env")
+
+    def is_config(self, config_path: str) -> bool:
+        return self._name(config_path) is not None
+
+    def list(self, config_path: str, results_filter: ObjectType | None) -> list[str]:
+        return []  # any name: nothing to list
+
+
 def register() -> None:
+    from hydra._internal.sources_registry import SourcesRegistry
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="train_schema", node=TrainSchema)
+    SourcesRegistry.instance().register(AnyEnvSource)
+
+
 
 
 # docs/options.md: one table per group, generated from the schema and the composed configs/
@@ -289,8 +338,8 @@ def options_reference(config_dir: str | None = None) -> str:
                           for t, c in composed.items()}
                 first = "sr" if group == "dataset" else "policy"
                 default = f"`{_value(values[first])}`"
-                others = [f"{t}: `{_value(v)}`" for t, v in values.items() if t != first and v != values[first]
-                          and group != "dataset"]
+                others = [f"{t}: `{_value(v)}`" for t, v in values.items()
+                          if t != first and v != values[first] and group != "dataset"]
                 default += f" ({'; '.join(others)})" if others else ""
             name = f.name if group == "top level" else f"{group}.{f.name}"
             meaning = docs[f.name].replace("``", "`")

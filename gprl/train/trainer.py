@@ -89,7 +89,8 @@ POLICY_ENV_DEFAULTS = {"normalize_obs": True}
 def apply_backend_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
     """Fill ``null`` entries of ``gp``/``env``/``task`` from ``env.per_backend[<resolved backend>]`` (a
     mapping given where the default is one is laid over it: ``task.refine={pairs: 32}`` keeps the default
-    share), then the settings still null from ``POLICY_GP_DEFAULTS`` and ``POLICY_ENV_DEFAULTS``."""
+    share), then from ``task.per_backend[<resolved backend>]``, then the settings still null from
+    ``POLICY_GP_DEFAULTS`` and ``POLICY_ENV_DEFAULTS``."""
     if not uses_env(cfg):
         return cfg
     env_cfg = cfg.get("env") or {}
@@ -101,14 +102,16 @@ def apply_backend_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
               "(no JAX with CUDA); for Brax on the GPU install CUDA torch and pip install -e \".[gpu]\"",
               file=sys.stderr)
     env_cfg["backend"] = backend
-    defaults = (env_cfg.get("per_backend") or {}).get(backend) or {}
-    for section in ("gp", "env", "task"):
-        for key, value in (defaults.get(section) or {}).items():
-            mine = cfg[section].get(key)
-            if mine is None:
-                cfg[section][key] = value
-            elif isinstance(mine, dict) and isinstance(value, dict):
-                cfg[section][key] = {**value, **mine}
+    # the preset's own defaults, then the policy task's for every task on this backend
+    for defaults in (env_cfg.get("per_backend"), cfg["task"].get("per_backend")):
+        defaults = (defaults or {}).get(backend) or {}
+        for section in ("gp", "env", "task"):
+            for key, value in (defaults.get(section) or {}).items():
+                mine = cfg[section].get(key)
+                if mine is None:
+                    cfg[section][key] = value
+                elif isinstance(mine, dict) and isinstance(value, dict):
+                    cfg[section][key] = {**value, **mine}
     for section, fallback in (("gp", POLICY_GP_DEFAULTS), ("env", POLICY_ENV_DEFAULTS)):
         for key, value in fallback.items():
             if cfg[section].get(key) is None:
@@ -266,6 +269,8 @@ class Run:
         self.set_threads()
         with self.dist.agree("setting up the task"):
             self.task = make_task(self.cfg, self.dist)
+        if uses_env(self.cfg):  # null: the environment's own limit, recorded with the run
+            self.cfg["env"]["episode_length"] = self.task.final_length
         self.write_run_directory()
         self.make_search()
         wcfg = self.cfg.get("wandb") or {}

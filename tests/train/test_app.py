@@ -125,7 +125,7 @@ def test_resume_alone_continues_with_the_runs_own_settings(short_run, tmp_path):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("env=hoppper", "Available options in 'env'"),
+    ("env=hoppper", "unknown task 'hoppper' for any installed backend. Did you mean hopper"),
     ("env.backend=bullet", "unknown backend 'bullet'; choose one of ['auto', 'gymnasium', 'mujoco', 'brax'"),
     ("gp.max_len=long", "Value 'long' of type 'str' could not be converted to Integer"),
     ("gp.population_size=-3", "gp.population_size must be a positive number"),

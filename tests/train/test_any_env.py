@@ -1,0 +1,58 @@
+"""`python train.py env=<name>` for names without a preset: a registered Gymnasium id, a user's own environment
+class by its entry point, Dict/Tuple observations and MultiDiscrete actions, end to end to the replayed
+export."""
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from tests.train.helpers import metrics, replay, run_train
+
+pytest.importorskip("gymnasium")
+SMALL = ["gp.population_size=16", "gp.elitism=2", "task.validation_episodes=4", "task.hall_of_fame=2",
+         "progress=false", "wandb.mode=disabled"]
+
+
+def test_a_registered_id_trains_on_its_own_episode_length(tmp_path):
+    res = run_train(tmp_path, "run", "env=Pendulum-v1", "gp.generations=2", *SMALL)
+    assert "task policy (Pendulum-v1), backend gymnasium" in res.stdout
+    assert "episode length 200" in res.stdout  # Pendulum-v1's own limit, not a preset's
+    assert OmegaConf.load(tmp_path / "run" / "config.yaml").env.episode_length == 200
+    assert [m["episode_length"] for m in metrics(tmp_path / "run")] == [200, 200]
+    names = json.loads((tmp_path / "run" / "policy.json").read_text())["obs_names"]
+    assert names == ["cos_theta", "sin_theta", "theta_dot"]
+
+
+def test_a_users_environment_class_by_its_entry_point(tmp_path):
+    # PointMass (tests/envs/custom.py): a Dict observation, no time limit of its own
+    res = run_train(tmp_path, "run", "env=tests.envs.custom:PointMass", "env.episode_length=40",
+                    "gp.generations=2", *SMALL)
+    record = json.loads((tmp_path / "run" / "policy.json").read_text())
+    assert record["obs_names"] == ["position_0", "position_1", "velocity_0", "velocity_1"]
+    assert record["meta"]["env"] == "tests.envs.custom:PointMass" and "a0 = " in res.stdout
+    # the NumPy-only policy.py replays in plain Gymnasium, the recorded validation episodes exactly
+    out = replay(str(tmp_path / "run"), "--reproduce")
+    assert out["mean_return"] == pytest.approx(out["recorded_return"], rel=1e-6)
+    assert replay(str(tmp_path / "run"), "--episodes", "2")["episode_length"] == 40
+
+
+def test_multidiscrete_actions_and_tuple_observations(tmp_path):
+    run_train(tmp_path, "run", "env=tests.envs.custom:Switches", "env.episode_length=8", "gp.generations=3",
+              *SMALL)
+    record = json.loads((tmp_path / "run" / "policy.json").read_text())
+    assert record["action"]["segments"] == [2, 2, 2]
+    assert record["action_names"] == ["a0_0", "a0_1", "a1_0", "a1_1", "a2_0", "a2_1"]
+    out = replay(str(tmp_path / "run"), "--reproduce")
+    assert out["mean_return"] == pytest.approx(out["recorded_return"], rel=1e-6)
+
+
+@pytest.mark.parametrize("name, message", [
+    ("Pendulm-v1", "unknown task 'Pendulm-v1' for any installed backend. Did you mean Pendulum-v1"),
+    ("tests.envs.custom:Nope", "has no environment id, class or factory named 'Nope'"),
+    ("tests.envs.custom:PointMass", "has no time limit of its own: set one (env.episode_length=N"),
+])
+def test_a_wrong_name_gets_one_line(tmp_path, name, message):
+    res = run_train(tmp_path, "run", f"env={name}", "gp.generations=1", *SMALL, check=False)
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert message in res.stderr.strip().splitlines()[-1]
