@@ -18,6 +18,7 @@ Task names shared by the backends: :data:`SHARED_TASKS`; any id a backend knows 
 from __future__ import annotations
 
 import difflib
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +28,8 @@ from ._deps import available
 from .base import VecEnv
 from .rollout import RolloutResult, rollout
 
-__all__ = ["BACKENDS", "SHARED_TASKS", "RolloutResult", "VecEnv", "make", "rollout", "task_names"]
+__all__ = ["BACKENDS", "SHARED_TASKS", "RolloutResult", "VecEnv", "make", "register", "rollout",
+           "task_names"]
 
 BACKENDS = ("gymnasium", "mujoco", "brax", "genesis")
 
@@ -139,6 +141,26 @@ def _factory(backend: str) -> Callable[..., VecEnv]:
     from .genesis_env import GenesisEnv
 
     return GenesisEnv
+
+
+def register(env: Any) -> str:
+    """A name :func:`make` (and ``train.py env=<name>``) takes for a user's own environment: a Gymnasium
+    environment class or a factory returning one (``module:Class`` where it can be imported by that path, so
+    other processes find it too; else registered in this process's Gymnasium registry), or a Brax environment
+    object (registered in this process's Brax registry). A name passes through."""
+    if isinstance(env, str):
+        return env
+    brax_envs = sys.modules.get("brax.envs")  # a Brax object means Brax is imported already
+    if brax_envs is not None and isinstance(env, brax_envs.Env):
+        from .brax_env import register_object
+
+        return register_object(env)
+    if not callable(env):
+        raise TypeError("env must be a name, a Gymnasium environment class or factory, or a Brax "
+                        f"environment object, got {type(env).__name__}")
+    from .gymnasium_env import register_callable
+
+    return register_callable(env)
 
 
 def make(

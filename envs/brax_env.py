@@ -131,6 +131,22 @@ def playground_names() -> list[str]:
     return sorted(dm_control_suite.ALL_ENVS)
 
 
+def register_object(env: Any) -> str:
+    """A name for a Brax environment object, in this process's Brax registry (``gprl_<Class>_<n>``)."""
+    brax_envs = require("brax.envs", "brax")
+    for name, factory in brax_envs._envs.items():
+        if getattr(factory, "gprl_object", None) is env:
+            return name
+    name = f"gprl_{type(env).__name__}_{sum(n.startswith('gprl_') for n in brax_envs._envs)}"
+
+    def factory(**kwargs: Any) -> Any:  # the object as it is (Brax passes its pipeline as backend=)
+        return env
+
+    factory.gprl_object = env
+    brax_envs.register_environment(name, factory)
+    return name
+
+
 def known_names() -> list[str]:
     return brax_names() + playground_names()
 

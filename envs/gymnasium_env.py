@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 from typing import Any
 
@@ -81,6 +82,23 @@ def resolve_id(env_id: str) -> str:
             raise ValueError(f"env {env_id!r}: module {module!r} has no environment id, class or factory "
                              f"named {attr!r}")
         gym.register(id=own, entry_point=env_id)
+    return own
+
+
+def register_callable(env: Any) -> str:
+    """The entry point ``module:qualname`` of a Gymnasium environment class or factory where it can be
+    imported by that path, else an id registered in this process (``gprl/<name>-v<n>``)."""
+    gym = require("gymnasium", "gymnasium")
+    module, qualname = getattr(env, "__module__", None), getattr(env, "__qualname__", "")
+    if module and module != "__main__" and "<" not in qualname:
+        target = importlib.import_module(module)
+        for part in qualname.split("."):
+            target = getattr(target, part, None)
+        if target is env:
+            return f"{module}:{qualname}"
+    name = re.sub(r"\W", "_", getattr(env, "__name__", type(env).__name__))
+    own = f"gprl/{name}-v{sum(k.startswith(f'gprl/{name}-v') for k in gym.envs.registry)}"
+    gym.register(id=own, entry_point=env)
     return own
 
 

@@ -41,7 +41,8 @@ from gprl.sr.objectives import ClassificationObjective, RegressionObjective
 __all__ = [
     "OPS", "ClassificationObjective", "Dataset", "GeneticProgramming", "ParetoArchive", "Population",
     "RegressionObjective", "SymbolicClassifier", "SymbolicRegressor", "VariationParams", "constant_mutation",
-    "crossover", "datasets", "delete_mutation", "feynman", "functions", "get_strategy", "hoist_mutation",
+    "crossover", "datasets", "delete_mutation", "evolve_policy", "feynman", "functions", "get_strategy",
+    "hoist_mutation",
     "insert_mutation", "multi_constant_mutation", "multi_point_mutation", "objectives", "output_mutation",
     "point_mutation", "selection", "set_strategy", "strategy", "subtree_exchange", "subtree_mutation",
     "variation", "vary",
@@ -103,6 +104,9 @@ def __getattr__(name: str):
         return importlib.import_module("gprl.envs")
     # the estimators need scikit-learn (the "sr" extra): imported on first use so `import gprl` works
     # without it
+    # the policy search from Python needs Hydra (the "train" extra): imported on first use
+    if name == "evolve_policy":
+        return importlib.import_module("gprl.train.policy_search").evolve_policy
     if name in ("SymbolicRegressor", "SymbolicClassifier", "estimators"):
         estimators = importlib.import_module("gprl.sr.estimators")
         return estimators if name == "estimators" else getattr(estimators, name)

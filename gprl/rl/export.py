@@ -8,9 +8,12 @@ The exact expression of action ``k`` is the tree's output ``k`` in raw observati
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shutil
 from collections.abc import Sequence
+from pathlib import Path
 from string import Template
 from typing import Any
 
@@ -183,3 +186,41 @@ def export_policy(out_dir: str | os.PathLike, tree: Population, mean: Sequence[f
                                            std, low, high, segments))
     write_atomic(paths["json"], json.dumps(record, indent=1))
     return paths
+
+
+class ExportedPolicy:
+    """A policy as :func:`export_policy` wrote it (``policy.py``, NumPy only, and ``policy.json``):
+    ``act(obs)``, ``formulas`` (one reading-form formula per action) and ``save(folder)``."""
+
+    FILES = ("txt", "tex", "py", "json")
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = Path(folder)
+        if not (self.folder / "policy.py").is_file():
+            raise FileNotFoundError(f"no exported policy in {str(self.folder)!r} (policy.py is missing)")
+        self.record = json.loads((self.folder / "policy.json").read_text())
+        spec = importlib.util.spec_from_file_location(f"gprl_policy_{id(self)}", self.folder / "policy.py")
+        self.module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(self.module)
+
+    def act(self, obs):
+        """The action for ``obs`` [n_obs] (or a batch [B, n_obs]) in the environment's own units."""
+        return self.module.act(obs)
+
+    @property
+    def formulas(self) -> dict[str, str]:
+        return dict(self.record["formulas"])
+
+    @property
+    def validation_return(self) -> float:
+        return float(self.record["meta"]["validation"]["validation_return"])
+
+    def save(self, folder: str | os.PathLike) -> dict[str, str]:
+        """Copies policy.txt, .tex, .py and .json into ``folder``; returns their paths."""
+        os.makedirs(folder, exist_ok=True)
+        return {k: shutil.copyfile(self.folder / f"policy.{k}", Path(folder) / f"policy.{k}")
+                for k in self.FILES}
+
+    def __repr__(self) -> str:
+        lines = "\n".join(f"  {a} = {f}" for a, f in self.formulas.items())
+        return f"ExportedPolicy({self.record['meta'].get('env')!r}, {str(self.folder)!r}):\n{lines}"

@@ -8,13 +8,13 @@ in Hydra's ConfigStore; ``configs/config.yaml`` extends ``train_schema``.
 from __future__ import annotations
 
 import ast
+import importlib.resources
 import inspect
 import textwrap
 import types
 from dataclasses import MISSING as dataclass_missing
 from dataclasses import dataclass, field, fields, make_dataclass
 from itertools import pairwise
-from pathlib import Path
 from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 
 from hydra.core.object_type import ObjectType
@@ -263,6 +263,11 @@ TASKS = ("policy", "sr", "classification")
 REFERENCE_COMMAND = "python -m gprl.train.config > docs/options.md"
 
 
+def configs_folder() -> str:
+    """Where the config tree lies (``configs/``, shipped as ``gprl.configs``)."""
+    return str(importlib.resources.files("gprl.configs"))
+
+
 def field_docs(cls: type) -> dict[str, str]:
     """The attribute docstrings of a dataclass (the string literal right after each field), on one line."""
     body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
@@ -315,7 +320,7 @@ def _composed(config_dir: str) -> dict[str, dict[str, Any]]:
 def options_reference(config_dir: str | None = None) -> str:
     """Every option of ``train.py``: its type, its default under ``python train.py`` (another task's default
     beside it where that differs) and its meaning (the schema's attribute docstrings)."""
-    config_dir = config_dir or str(Path(__file__).resolve().parents[2] / "configs")
+    config_dir = config_dir or configs_folder()
     composed = _composed(config_dir)
     lines = ["# train.py options", "",
              f"Generated from `gprl/train/config.py` and `configs/` by `{REFERENCE_COMMAND}`;",
