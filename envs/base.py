@@ -181,6 +181,11 @@ class VecEnv(abc.ABC):
         self._terminated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         self._truncated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
 
+    def observation_names(self) -> list[str] | None:
+        """Names of the observation entries for a policy's formulas: ``obs_names``, or what a backend can read
+        off its simulated model at the end of a run (Brax: :meth:`BraxEnv.observation_names`)."""
+        return self.obs_names
+
     def close(self) -> None:
         """Release simulator resources (threads, worker processes)."""
 

@@ -229,6 +229,72 @@ def _obs_names(name: str, env: Any, obs_dim: int) -> list[str] | None:
     return names if len(names) == obs_dim else None
 
 
+def action_names(model: Any, act_dim: int) -> list[str] | None:
+    """Each actuator's name, or the name of the joint it drives."""
+    if model is None or model.nu != act_dim:
+        return None
+    names = []
+    for i in range(model.nu):
+        name = model.actuator(i).name
+        if not name and model.actuator_trntype[i] == 0:  # mjTRN_JOINT
+            name = model.joint(int(model.actuator_trnid[i, 0])).name
+        names.append(name or f"a{i}")
+    return names
+
+
+def model_quantities(model: Any, sim: Any) -> tuple[np.ndarray, list[str]]:
+    """Columns ``[B, K]`` of what a batch of simulator states ``sim`` holds, with their names: joint
+    positions, their cosine and sine, joint velocities, body positions and orientations, sensor readings
+    (those the state carries: Brax's pipelines keep ``q``/``qd`` and link transforms, MJX ``qpos``/``qvel``,
+    ``xpos``, ``xmat`` and ``sensordata``)."""
+    from .mujoco_tasks import qpos_names, qvel_names
+
+    cols: list[np.ndarray] = []
+    names: list[str] = []
+
+    def add(values: Any, labels: list[str]) -> None:
+        values = np.asarray(values, dtype=np.float64)
+        values = values.reshape(values.shape[0], -1)
+        if values.shape[1] == len(labels):
+            cols.append(values)
+            names.extend(labels)
+
+    q, qd = getattr(sim, "qpos", getattr(sim, "q", None)), getattr(sim, "qvel", getattr(sim, "qd", None))
+    qn = qpos_names(model)
+    if q is not None:
+        add(q, qn)
+        add(np.cos(np.asarray(q)), [f"cos_{n}" for n in qn])
+        add(np.sin(np.asarray(q)), [f"sin_{n}" for n in qn])
+    if qd is not None:
+        add(qd, qvel_names(model))
+    bodies = [model.body(i).name or f"body{i}" for i in range(model.nbody)]
+    xpos = getattr(sim, "xpos", None)
+    if xpos is None and hasattr(getattr(sim, "x", None), "pos"):  # Brax: links, the world body left out
+        xpos, bodies = sim.x.pos, bodies[1:]
+    if xpos is not None:
+        add(xpos, [f"{b}_{c}" for b in bodies for c in "xyz"])
+    if getattr(sim, "xmat", None) is not None:
+        add(sim.xmat, [f"{b}_xmat_{r}{c}" for b in bodies for r in "xyz" for c in "xyz"])
+    if getattr(sim, "sensordata", None) is not None:
+        add(sim.sensordata, [name for i in range(model.nsensor) for name in (
+            [model.sensor(i).name or f"sensor{i}"] if model.sensor_dim[i] == 1 else
+            [f"{model.sensor(i).name or f'sensor{i}'}_{k}" for k in range(model.sensor_dim[i])])])
+    return (np.concatenate(cols, axis=1) if cols else np.zeros((0, 0))), names
+
+
+def match_columns(obs: np.ndarray, bank: np.ndarray, names: list[str]) -> list[str | None]:
+    """For each column of ``obs`` ``[S, n]``, the first name of a column of ``bank`` ``[S, K]`` equal to it on
+    every sample (float32 rounding aside), or None; columns that never vary are not matched."""
+    scale = 1e-5 * (1.0 + np.abs(bank).max(axis=0))
+    varies = np.ptp(bank, axis=0) > 1e-6
+    out: list[str | None] = []
+    for i in range(obs.shape[1]):
+        col = obs[:, i : i + 1]
+        same = (np.abs(bank - col).max(axis=0) <= scale) & varies
+        out.append(names[int(np.argmax(same))] if np.ptp(col) > 1e-6 and same.any() else None)
+    return out
+
+
 class BraxEnv(VecEnv):
     backend = "brax"
 
@@ -278,6 +344,10 @@ class BraxEnv(VecEnv):
         else:
             raise ValueError(f"unknown Brax/Playground environment {name!r}; choose one of {known_names()}")
         self.pipeline = pipeline
+        # the MuJoCo model the task simulates (Brax: its system's; Playground: its own)
+        self.mj_model = getattr(getattr(self.env, "sys", None), "mj_model", None) \
+            or getattr(self.env, "mj_model", None)
+        self._named: list[str] | None = None
         act_dim = int(self.env.action_size)
         low, high = torch.full((act_dim,), -1.0), torch.full((act_dim,), 1.0)
         if ctrl is not None and len(ctrl) == act_dim:
@@ -305,6 +375,7 @@ class BraxEnv(VecEnv):
             num_envs=num_envs,
             obs_dim=obs_size,
             obs_names=_obs_names(name, self.env, obs_size),
+            action_names=action_names(self.mj_model, act_dim),
             act_dim=act_dim,
             device=device,
             episode_length=episode_length or limit,
@@ -333,6 +404,31 @@ class BraxEnv(VecEnv):
 
     def _jit(self, fn: Any) -> Any:
         return self._jax.jit(fn, compiler_options=self.compiler_options)
+
+    def observation_names(self, steps: int = 12, seed: int = 0) -> list[str] | None:
+        """``obs_names``, else names read off the simulated model: over a short rollout of random actions
+        from fresh starts (this resets the batch), each observation entry matched to a joint position, its
+        cosine or sine, a joint velocity, a body position or orientation entry or a sensor reading
+        (:func:`model_quantities`); an entry that matches none is ``obs<i>``. None where none matches."""
+        if self.obs_names is not None or self.mj_model is None:
+            return self.obs_names
+        if self._named is None:
+            generator = torch.Generator().manual_seed(seed)
+            low, high = self.action_low.cpu(), self.action_high.cpu()
+            self.reset(seed)
+            obs_rows, bank_rows, names = [], [], []
+            for _ in range(min(steps, COMPACT_EVERY - 1)):  # the batch stays whole: rows are environments
+                action = low + (high - low) * torch.rand(self.num_envs, self.act_dim, generator=generator)
+                obs, _, terminated, truncated = self.step(action.to(self.device))
+                live = (~(terminated | truncated)).cpu().numpy()
+                sim = getattr(self._state, "pipeline_state", None) or getattr(self._state, "data", None)
+                bank, names = model_quantities(self.mj_model, sim)
+                obs_rows.append(obs.cpu().numpy()[live][:64])
+                bank_rows.append(bank[live][:64])
+            matched = match_columns(np.concatenate(obs_rows).astype(np.float64), np.concatenate(bank_rows),
+                                    names) if names else []
+            self._named = [m or f"obs{i}" for i, m in enumerate(matched)] if any(matched) else []
+        return self._named or None
 
     def _make_fused_steps(self, low: np.ndarray, high: np.ndarray) -> tuple[Any, Any]:
         """``jit`` of action clipping + ``vmap(env.step)`` + the base class's masking, in one XLA program: for

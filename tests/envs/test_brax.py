@@ -214,6 +214,20 @@ def test_playground_dm_control_task() -> None:
     assert genvs.make.__module__ and env.obs_dim == 5 and env.act_dim == 1 and env.episode_length == 1000
     res = genvs.rollout(env, lambda o: torch.zeros(2, 2, 1), 2, 2, max_steps=20, seed=0)
     assert res.returns.shape == (2, 2) and (res.returns > 0).all() and (res.lengths == 20).all()
+    # names read off the model by value: the cart's slider, the pole's orientation, both velocities
+    assert env.action_names == ["slide"] and env.obs_names is None
+    assert env.observation_names() == ["slider", "pole_1_xmat_xx", "pole_1_xmat_xz", "slider_vel",
+                                       "hinge_1_vel"]
+
+
+def test_observation_columns_are_matched_by_value() -> None:
+    from gprl.envs.brax_env import match_columns
+
+    rng = np.random.default_rng(0)
+    bank = rng.normal(size=(40, 4))
+    bank[:, 3] = 1.0  # a column that never moves names nothing
+    obs = np.stack([bank[:, 2], np.cos(bank[:, 0]), bank[:, 0] + 1e-9, np.ones(40)], axis=1)
+    assert match_columns(obs, bank, ["a", "b", "c", "k"]) == ["c", None, "a", None]
 
 
 

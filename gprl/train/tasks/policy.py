@@ -600,7 +600,7 @@ class PolicyTask(Task):
                 "train_return": result["train_return"], "reward_shift": self.reward_shift,
                 "validation": rows[best], "candidates": rows}
         files = export_policy(out_dir, tree, h["mean"].tolist(), h["std"].tolist(), self.action_map.transform,
-                              low, high, self.obs_names, self.action_names, meta, self.digits,
+                              low, high, self.env.observation_names(), self.action_names, meta, self.digits,
                               self.action_map.segments)
         with open(files["json"]) as f:
             formulas = json.load(f)["formulas"]
