@@ -2,9 +2,9 @@
 ``python scripts/replay.py <run dir | policy.py>``.
 
 Loads ``policy.py`` (NumPy only), plays ``--episodes`` episodes in Gymnasium (runs trained on the MuJoCo or
-Gymnasium backends) or Brax (runs trained on Brax) and prints the mean return. ``--reproduce`` replays the
-validation episodes recorded at export (same initial states) and prints the recorded value beside it;
-``--render out.mp4`` records the first episode.
+Gymnasium backends) or Brax and MuJoCo Playground (runs trained on Brax) and prints the mean return.
+``--reproduce`` replays the validation episodes recorded at export (same initial states) and prints the
+recorded value beside it; ``--render out.mp4`` records the first episode.
 """
 
 from __future__ import annotations
@@ -100,7 +100,12 @@ def replay_brax(policy, meta: dict, episodes: int, seed: int, episode_length: in
     kwargs = dict(meta.get("env_kwargs") or {})
     pipeline = kwargs.pop("pipeline", "generalized")
     kwargs.pop("cuda_graphs", None)  # gprl's compile option, not Brax's
-    env = envs.get_environment(meta["env"], backend=pipeline or "generalized", **kwargs)
+    if meta["env"] in envs._envs:
+        env = envs.get_environment(meta["env"], backend=pipeline or "generalized", **kwargs)
+    else:  # a MuJoCo Playground task, on MJX's JAX implementation as in training
+        from mujoco_playground import registry
+
+        env = registry.load(meta["env"], config_overrides={"impl": "jax", **kwargs})
     reset, step = jax.jit(jax.vmap(env.reset)), jax.jit(jax.vmap(env.step))
     state = reset(jax.random.split(jax.random.PRNGKey(seed), episodes))
     total, alive = np.zeros(episodes), np.ones(episodes, dtype=bool)
@@ -110,15 +115,19 @@ def replay_brax(policy, meta: dict, episodes: int, seed: int, episode_length: in
         state = step(state, jnp.asarray(action))
         total += np.where(alive, np.asarray(state.reward), 0.0)
         alive &= np.asarray(state.done) < 0.5
-        if render:
-            rollout.append(jax.tree_util.tree_map(lambda x: x[0], state.pipeline_state))
+        if render:  # Brax keeps the simulator state in pipeline_state, Playground in data
+            sim = state.pipeline_state if hasattr(state, "pipeline_state") else state.data
+            rollout.append(jax.tree_util.tree_map(lambda x: x[0], sim))
         if not alive.any():
             break
     if render:
-        from brax.io import image
+        if hasattr(env, "sys"):
+            from brax.io import image
 
-        write_video(render, image.render_array(env.sys, rollout, 320, 240),
-                    fps=float(round(1 / float(env.dt))))
+            frames = image.render_array(env.sys, rollout, 320, 240)
+        else:
+            frames = env.render(rollout, height=240, width=320)
+        write_video(render, frames, fps=float(round(1 / float(env.dt))))
     return total.tolist()
 
 
