@@ -52,6 +52,22 @@ def _the_runs_own_overrides() -> None:
     sys.argv[1:] = [*args[:first], *own, *args[first:]]
 
 
+def _a_run_directory_this_run_can_own() -> None:
+    """One line and exit, before Hydra writes its files: a run directory that a live run holds
+    (``hydra.run.dir=`` or ``resume=``; the run takes the lock itself once it starts, gprl.train.rundir)."""
+    args = sys.argv[1:]
+    if any(a in ("-m", "--multirun") for a in args):
+        return  # every job gets its own folder (and takes its lock)
+    from gprl.train.rundir import holder
+
+    given = {_key(a): a.split("=", 1)[1] for a in args if _is_override(a)}
+    rank = f" (rank {os.environ['RANK']})" if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 else ""
+    for key in ("hydra.run.dir", "resume"):
+        busy = holder(given[key]) if given.get(key) else None
+        if busy is not None:
+            raise SystemExit(f"error{rank}: {busy}")
+
+
 def _no_output_for_other_ranks() -> None:
     """Under torchrun only rank 0 owns the run directory: the other ranks' Hydra writes nothing (no .hydra/,
     no log file) and its output folder is one shared empty scratch folder, so no rank leaves folders behind
@@ -69,12 +85,15 @@ def _no_output_for_other_ranks() -> None:
 @hydra.main(version_base="1.3", config_path="configs", config_name="config")
 def main(cfg: DictConfig) -> None:
     from gprl.train.distributed import DistributedError
+    from gprl.train.rundir import RunDirectoryError
     from gprl.train.trainer import run
 
     try:
         run(cfg, HydraConfig.get().runtime.output_dir)
-    except (ValueError, TypeError, FileNotFoundError, ImportError, DistributedError) as err:
-        # bad input: one clear line instead of a traceback (HYDRA_FULL_ERROR=1 still shows it)
+    except (ValueError, TypeError, FileNotFoundError, ImportError, DistributedError,
+            RunDirectoryError) as err:
+        # bad input or a busy run directory: one clear line instead of a traceback
+        # (HYDRA_FULL_ERROR=1 still shows it)
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         rank = f" (rank {os.environ['RANK']})" if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 else ""
@@ -83,5 +102,6 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     _the_runs_own_overrides()
+    _a_run_directory_this_run_can_own()
     _no_output_for_other_ranks()
     main()

@@ -48,6 +48,7 @@ from gprl.train.checkpoint import (
     search_config,
     set_rng_states,
 )
+from gprl.train.rundir import RunLock
 from gprl.train.tasks import Task, task_class
 from gprl.train.tracking import Tracker, banner, plot_curve
 
@@ -229,6 +230,7 @@ class Run:
         self.dist: distributed.Dist | None = None
         self.task: Task | None = None
         self.tracker: Tracker | None = None
+        self.lock: RunLock | None = None
         self.bar = None
 
     def execute(self) -> dict[str, Any]:
@@ -265,6 +267,7 @@ class Run:
     def set_up(self) -> None:
         self.check_config()
         self.start_processes()
+        self.lock_run_directory()
         self.load_checkpoint()
         self.set_threads()
         with self.dist.agree("setting up the task"):
@@ -320,6 +323,17 @@ class Run:
         dist.hint = (f" Checkpoints already written under {run_dir}/checkpoints are intact: continue with "
                      f"resume={run_dir} (with any number of processes).")
         self.main = dist.is_main
+
+    def lock_run_directory(self) -> None:
+        """Rank 0 (the one process that writes it) takes the run directory's lock: a second run into it, or
+        a resume of it while another process writes it, stops here naming the holder."""
+        with self.dist.agree("locking the run directory"):
+            if self.main:
+                if not self.cfg.get("resume"):
+                    self.run_dir.mkdir(parents=True, exist_ok=True)
+                if self.run_dir.is_dir():  # a resume of a missing directory: load_checkpoint names it
+                    self.lock = RunLock(self.run_dir)
+                    self.lock.acquire()
 
     def load_checkpoint(self) -> None:
         self.state, self.damaged = None, []
@@ -625,5 +639,7 @@ class Run:
             self.tracker.finish()
         if self.task is not None:
             self.task.close()
+        if self.lock is not None:
+            self.lock.release()
         if outcome == "done":
             self.dist.close()
