@@ -43,6 +43,9 @@ SHARED_IDS = {
     "reacher": "Reacher-v5",
 }
 
+# Box2D's lander: position and velocity of its body relative to the pad, its angle, the legs' contacts
+LANDER_OBS_NAMES = ["x", "y", "vx", "vy", "angle", "angular_velocity", "left_leg_contact",
+                    "right_leg_contact"]
 # Observation names of the classic-control tasks (from Gymnasium's documentation of each observation)
 CLASSIC_OBS_NAMES = {
     "CartPole": ["cart_position", "cart_velocity", "pole_angle", "pole_angular_velocity"],
@@ -50,6 +53,8 @@ CLASSIC_OBS_NAMES = {
     "MountainCar": ["position", "velocity"],
     "MountainCarContinuous": ["position", "velocity"],
     "Acrobot": ["cos_theta1", "sin_theta1", "cos_theta2", "sin_theta2", "theta1_dot", "theta2_dot"],
+    "LunarLander": LANDER_OBS_NAMES,
+    "LunarLanderContinuous": LANDER_OBS_NAMES,
 }
 
 

@@ -1,6 +1,6 @@
-"""`python train.py env=<name>` for names without a preset: a registered Gymnasium id, a user's own environment
-class by its entry point, Dict/Tuple observations and MultiDiscrete actions, end to end to the replayed
-export."""
+"""`python train.py env=<name>` for names without a preset: a registered Gymnasium id, a user's own
+environment class by its entry point, Dict/Tuple observations and MultiDiscrete actions, end to end to the
+replayed export."""
 
 import json
 
@@ -45,6 +45,15 @@ def test_multidiscrete_actions_and_tuple_observations(tmp_path):
     assert record["action_names"] == ["a0_0", "a0_1", "a1_0", "a1_1", "a2_0", "a2_1"]
     out = replay(str(tmp_path / "run"), "--reproduce")
     assert out["mean_return"] == pytest.approx(out["recorded_return"], rel=1e-6)
+
+
+def test_an_image_observation_is_refused_with_the_space_named():
+    import gprl.envs as genvs
+
+    pytest.importorskip("Box2D")
+    with pytest.raises(TypeError, match=r"observation space Box\(0, 255, \(96, 96, 3\), uint8\) looks "
+                                        "like an image, which a formula cannot read"):
+        genvs.make("CarRacing-v3", num_envs=1)
 
 
 @pytest.mark.parametrize("name, message", [
