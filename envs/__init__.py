@@ -118,6 +118,11 @@ def auto_backend(name: str) -> str:
         )
     if ":" in name:  # an entry point, module:Class or Gymnasium's module:EnvId
         return "gymnasium"
+    if available("mujoco"):  # Gymnasium's MuJoCo v5 ids: the native backend steps them bit for bit
+        from .mujoco_tasks import gymnasium_id_to_task
+
+        if gymnasium_id_to_task(name):
+            return "mujoco"
     for b in ("gymnasium", "brax", "genesis"):
         if name in _backend_names(b):
             return b

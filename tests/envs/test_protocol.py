@@ -269,3 +269,10 @@ def test_cpu_simulators_hand_over_tensors_on_cuda(backend: str) -> None:
     res = genvs.rollout(env, lambda o: torch.zeros(4, 1, env.act_dim, device=o.device), 4, max_steps=5,
                         seed=0)
     assert res.returns.is_cuda and res.returns.shape == (4, 1)
+
+
+def test_gymnasium_mujoco_ids_run_on_the_native_backend() -> None:
+    # the same task bit for bit (tests/envs/test_mujoco_equivalence.py), without Gymnasium's per-env loop
+    assert genvs.auto_backend("Hopper-v5") == "mujoco" and genvs.auto_backend("Ant-v5") == "mujoco"
+    assert genvs.auto_backend("Hopper-v4") == "gymnasium"  # only the v5 tasks are native
+    assert genvs.make("InvertedDoublePendulum-v5", num_envs=1).backend == "mujoco"
