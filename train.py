@@ -53,8 +53,9 @@ def _the_runs_own_overrides() -> None:
 
 
 def _a_run_directory_this_run_can_own() -> None:
-    """One line and exit, before Hydra writes its files: a run directory that a live run holds
-    (``hydra.run.dir=`` or ``resume=``; the run takes the lock itself once it starts, gprl.train.rundir)."""
+    """One line and exit, before Hydra writes its files: a run directory on a read-only disk, or one that a
+    live run holds (``hydra.run.dir=`` or ``resume=``; the run takes the lock itself once it starts,
+    gprl.train.rundir)."""
     args = sys.argv[1:]
     if any(a in ("-m", "--multirun") for a in args):
         return  # every job gets its own folder (and takes its lock)
@@ -62,6 +63,13 @@ def _a_run_directory_this_run_can_own() -> None:
 
     given = {_key(a): a.split("=", 1)[1] for a in args if _is_override(a)}
     rank = f" (rank {os.environ['RANK']})" if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 else ""
+    run_dir = given.get("hydra.run.dir") or "outputs"  # Hydra's default: outputs/<date>/<time>
+    folder = os.path.abspath(run_dir)
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if not os.access(folder, os.W_OK):
+        raise SystemExit(f"error{rank}: cannot write the run directory {run_dir}: {folder} is read-only (or "
+                         "not writable for this user); pass hydra.run.dir=<a writable folder>")
     for key in ("hydra.run.dir", "resume"):
         busy = holder(given[key]) if given.get(key) else None
         if busy is not None:
@@ -92,7 +100,7 @@ def main(cfg: DictConfig) -> None:
         run(cfg, HydraConfig.get().runtime.output_dir)
     except (ValueError, TypeError, FileNotFoundError, ImportError, DistributedError,
             RunDirectoryError) as err:
-        # bad input or a busy run directory: one clear line instead of a traceback
+        # bad input, a busy run directory or a full disk: one clear line instead of a traceback
         # (HYDRA_FULL_ERROR=1 still shows it)
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from gprl.core.population import Population, atomic_torch_save
+from gprl.train.rundir import torch_write_failed, writing
 
 FORMAT = "gprl.checkpoint"
 _NAME = re.compile(r"gen_(\d+)\.pt$")
@@ -64,11 +65,21 @@ def checkpoint_dir(run_dir: str | os.PathLike) -> Path:
 
 def save_checkpoint(run_dir: str | os.PathLike, generation: int, state: dict[str, Any],
                     keep: int = 2) -> Path:
-    """Writes ``checkpoints/gen_<generation>.pt`` atomically and keeps the newest ``keep`` checkpoints."""
+    """Writes ``checkpoints/gen_<generation>.pt`` atomically and keeps the newest ``keep`` checkpoints.
+
+    A full or read-only disk raises :class:`gprl.train.rundir.WriteFailed`; the older checkpoints are left
+    as they were (the new one is written to a temporary file, renamed only once whole)."""
     folder = checkpoint_dir(run_dir)
     path = folder / f"gen_{generation:06d}.pt"
-    atomic_torch_save({"format": FORMAT, "version": 1, "generation": generation, "rng": rng_states(),
-                       **state}, path)
+    try:
+        with writing(path):
+            atomic_torch_save({"format": FORMAT, "version": 1, "generation": generation, "rng": rng_states(),
+                               **state}, path)
+    except RuntimeError as err:
+        failed = torch_write_failed(err, path)
+        if failed is None:
+            raise
+        raise failed from err
     for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
         old.unlink(missing_ok=True)
     return path

@@ -1,4 +1,5 @@
-"""The run directory's guard: one process writes it at a time (:class:`RunLock`).
+"""The run directory's guards: one process writes it at a time (:class:`RunLock`), and a write that the disk
+refuses ends the run with one line (:func:`writing`).
 
 The lock is ``<run dir>/.lock``, held with ``flock`` for the life of the run and naming its holder (host,
 pid, start). The kernel drops a ``flock`` when its process dies, however it dies, so a lock file left by a
@@ -12,17 +13,56 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 import socket
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 LOCK_NAME = ".lock"
+# what a full, read-only or over-quota disk raises; anything else is not the disk's doing
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG})
 _BUSY_ERRNOS = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
 
 
 class RunDirectoryError(RuntimeError):
-    """A run directory that another process writes: one line for the user."""
+    """A run directory that another process writes, or a write the disk refused: one line for the user."""
+
+
+class WriteFailed(RunDirectoryError):
+    """A file of the run could not be written (``what``), for the reason ``cause``."""
+
+    def __init__(self, what: str | os.PathLike, cause: str):
+        super().__init__(f"could not write {os.fspath(what)}: {cause}")
+        self.what, self.cause = os.fspath(what), cause
+
+
+@contextmanager
+def writing(what: str | os.PathLike) -> Iterator[None]:
+    """Turns a full, read-only or over-quota disk met inside the block into :class:`WriteFailed` naming the
+    file (the OS error's own file name where it has one, else ``what``)."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in DISK_ERRNOS:
+            raise
+        raise WriteFailed(err.filename or what, os.strerror(err.errno).lower()) from err
+
+
+def torch_write_failed(err: RuntimeError, path: str | os.PathLike) -> WriteFailed | None:
+    """The :class:`WriteFailed` behind torch.save's own error for a file the disk cut short (``unexpected
+    pos`` from its zip writer; the OS error is lost inside torch), else None."""
+    text = str(err)
+    if "PytorchStreamWriter" not in text and "inline_container" not in text:
+        return None
+    first = (text.strip().splitlines() or [""])[0][:120]
+    try:
+        free = f"; {shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free} bytes free there"
+    except OSError:
+        free = ""
+    return WriteFailed(path, f"the file system took only part of it (torch: {first}{free})")
 
 
 def _describe(info: dict | None) -> str:
@@ -77,7 +117,8 @@ class RunLock:
         """Takes the lock or raises :class:`RunDirectoryError` naming its holder."""
         deadline = time.monotonic() + 1.0  # a concurrent :func:`holder` check holds it for microseconds
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            with writing(self.path):
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as err:
@@ -105,8 +146,9 @@ class RunLock:
         mine = {"host": socket.gethostname(), "pid": os.getpid(),
                 "started": time.strftime("%Y-%m-%d %H:%M:%S")}
         try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(mine).encode(), 0)
+            with writing(self.path):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, json.dumps(mine).encode(), 0)
         except BaseException:
             self.release()
             raise

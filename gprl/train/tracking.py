@@ -6,13 +6,19 @@
 
 from __future__ import annotations
 
+import errno
 import math
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 MODES = ("online", "offline", "disabled")
+# W&B's own process only logs a write the disk refused (in debug-internal.log): "write <path>: <reason>"
+_REFUSED = re.compile(r"(/[^\s\"':]+): (no space left on device|read-only file system|disk quota exceeded)")
+_ERRNOS = {"no space left on device": errno.ENOSPC, "read-only file system": errno.EROFS,
+           "disk quota exceeded": errno.EDQUOT}
 
 
 def banner(cfg: dict[str, Any], device: str, run_dir: str, resumed_at: int | None = None) -> str:
@@ -173,6 +179,17 @@ class Tracker:
             self.run.summary.update(values)
 
     def finish(self) -> None:
-        if self.run is not None:
-            self.run.finish()
-            self.run = None
+        """Ends the W&B run; an OSError (ENOSPC, EROFS, EDQUOT) naming the file when W&B's own process could
+        not write its files, which it only logs."""
+        if self.run is None:
+            return
+        log = getattr(getattr(self.run, "settings", None), "log_internal", None)
+        self.run.finish()
+        self.run = None
+        try:
+            with open(log, errors="replace") as f:
+                found = _REFUSED.search(f.read()) if log else None
+        except (OSError, TypeError):
+            found = None
+        if found:
+            raise OSError(_ERRNOS[found[2]], found[2], found[1])

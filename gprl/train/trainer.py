@@ -48,7 +48,7 @@ from gprl.train.checkpoint import (
     search_config,
     set_rng_states,
 )
-from gprl.train.rundir import RunLock
+from gprl.train.rundir import RunDirectoryError, RunLock, WriteFailed, writing
 from gprl.train.tasks import Task, task_class
 from gprl.train.tracking import Tracker, banner, plot_curve
 
@@ -197,7 +197,12 @@ def _truncate_metrics(path: Path, generation: int) -> list[dict[str, Any]]:
         if row["generation"] < generation:
             rows.append(row)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    try:
+        with writing(path):
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    except WriteFailed:
+        tmp.unlink(missing_ok=True)  # the metrics file itself stays as it was
+        raise
     os.replace(tmp, path)
     return rows
 
@@ -251,10 +256,16 @@ class Run:
                       f"\ninterrupted during refinement/validation/export: the checkpoint of generation "
                       f"{self.result.generation} is intact; continue with resume={self.run_dir} to redo them")
             raise SystemExit(_exit_code(err)) from None
+        except WriteFailed as err:  # a full or read-only disk: what failed, what is intact, how to go on
+            self.close("failed")
+            raise RunDirectoryError(self.write_failure(err)) from err
         except BaseException:
             self.close("failed")
             raise
-        self.close("done")
+        try:
+            self.close("done")
+        except WriteFailed as err:  # W&B's files (written as the tracker finishes)
+            raise RunDirectoryError(self.write_failure(err)) from err
         if self.main:
             shown = ("stopped_by", "generations", "best_train_return", "best_train_loss", "validation_return",
                      "test_loss", "test_accuracy", "test_r2", "elapsed_s")
@@ -277,10 +288,11 @@ class Run:
         self.write_run_directory()
         self.make_search()
         wcfg = self.cfg.get("wandb") or {}
-        self.tracker = Tracker(wcfg.get("mode", "offline") if self.main else "disabled", config=self.cfg,
-                               directory=str(self.run_dir), project=wcfg.get("project", "gprl"),
-                               entity=wcfg.get("entity"), group=wcfg.get("group"), tags=wcfg.get("tags"),
-                               name=wcfg.get("name"), run_id=self.wandb_id)
+        with writing(self.run_dir / "wandb"):
+            self.tracker = Tracker(wcfg.get("mode", "offline") if self.main else "disabled", config=self.cfg,
+                                   directory=str(self.run_dir), project=wcfg.get("project", "gprl"),
+                                   entity=wcfg.get("entity"), group=wcfg.get("group"), tags=wcfg.get("tags"),
+                                   name=wcfg.get("name"), run_id=self.wandb_id)
         if self.cfg.get("progress", True) and self.main:
             from tqdm import tqdm
 
@@ -330,7 +342,8 @@ class Run:
         with self.dist.agree("locking the run directory"):
             if self.main:
                 if not self.cfg.get("resume"):
-                    self.run_dir.mkdir(parents=True, exist_ok=True)
+                    with writing(self.run_dir):
+                        self.run_dir.mkdir(parents=True, exist_ok=True)
                 if self.run_dir.is_dir():  # a resume of a missing directory: load_checkpoint names it
                     self.lock = RunLock(self.run_dir)
                     self.lock.acquire()
@@ -379,8 +392,9 @@ class Run:
                 from omegaconf import OmegaConf
 
                 name = "config.yaml" if state is None else "config_resume.yaml"
-                OmegaConf.save(OmegaConf.create({**cfg, "resume_changes": changes} if changes else cfg),
-                               run_dir / name)
+                with writing(run_dir / name):
+                    OmegaConf.save(OmegaConf.create({**cfg, "resume_changes": changes} if changes else cfg),
+                                   run_dir / name)
                 if changes:
                     print("gprl: resume: continuing with changed search settings "
                           "(resume_allow_changes=true): "
@@ -405,7 +419,8 @@ class Run:
             self.best_so_far = -math.inf if task.maximize else math.inf
             self.resume_changes: list[dict[str, Any]] = []
             if self.main:
-                self.metrics_path.write_text("")
+                with writing(self.metrics_path):
+                    self.metrics_path.write_text("")
         else:
             set_rng_states(state["rng"])
             self.population = population_from_state(state["population"], gp.device)
@@ -442,7 +457,9 @@ class Run:
     def evolve(self) -> None:
         self.snap = self.snapshot(self.start)
         self.phase = "evolve"
-        with open(self.metrics_path if self.main else os.devnull, "a") as self.metrics_file:
+        with writing(self.metrics_path):  # the opening only: a failure in the generations names its own file
+            self.metrics_file = open(self.metrics_path if self.main else os.devnull, "a")  # noqa: SIM115
+        with self.metrics_file:
             self.result = self.search.run([self.population], start=self.start, report=self.log_generation,
                                           before=self.before_generation)
         if self.bar is not None:
@@ -482,8 +499,9 @@ class Run:
                 draw = self.continued if draw is None else draw
                 if draw is not None:  # gp.draws: which draw the generation belongs to, from 1
                     row["draw"] = draw + 1
-                self.metrics_file.write(json.dumps(row) + "\n")
-                self.metrics_file.flush()
+                with writing(self.metrics_path):
+                    self.metrics_file.write(json.dumps(row) + "\n")
+                    self.metrics_file.flush()
                 self.tracker.log(row, step=g)
                 if self.bar is not None:
                     name = task.score_name
@@ -590,7 +608,8 @@ class Run:
         g = result.generation
         fitness = None if result.fitness is None else result.fitness[0]
         refined = task.refine(self.refine_seconds())
-        exported = task.finish(result.populations[0], fitness, str(run_dir))
+        with writing(f"the exported files in {run_dir}"):
+            exported = task.finish(result.populations[0], fitness, str(run_dir))
         files = exported.pop("files")
         wcfg = cfg.get("wandb") or {}
         summary = {"stopped_by": result.stopped_by, "generations": g, "total_env_steps": self.total_steps,
@@ -604,19 +623,33 @@ class Run:
             return summary
         rows = [json.loads(ln) for ln in self.metrics_path.read_text().splitlines() if ln.strip()]
         problem = cfg["env"]["name"] if uses_env(cfg) else cfg["dataset"].get("name") or cfg["task"]["name"]
-        curve = plot_curve(rows, str(run_dir / "curve.png"), task.score_name,
-                           title=f"{problem}, seed {int(cfg['seed'])}")
+        with writing(run_dir / "curve.png"):
+            curve = plot_curve(rows, str(run_dir / "curve.png"), task.score_name,
+                               title=f"{problem}, seed {int(cfg['seed'])}")
         if curve:
             summary["files"]["curve"] = "curve.png"
             tracker.log_image(curve, "curve", step=max(g - 1, 0))
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        with writing(run_dir / "summary.json"):
+            (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
         headline = ("validation_return",) if task.maximize else ("test_loss", "test_accuracy", "test_r2")
-        tracker.log_formula(exported.get("formulas", {}), step=g - 1,
-                            **{k: exported[k] for k in headline if k in exported})
-        tracker.summary({k: v for k, v in summary.items() if isinstance(v, (int, float, str))})
-        tracker.log_artifact(task.artifact, task.artifact, list(files.values()))
-        tracker.log_artifact("checkpoint", "checkpoint", [str(p) for p in list_checkpoints(run_dir)[-1:]])
+        with writing(run_dir / "wandb"):
+            tracker.log_formula(exported.get("formulas", {}), step=g - 1,
+                                **{k: exported[k] for k in headline if k in exported})
+            tracker.summary({k: v for k, v in summary.items() if isinstance(v, (int, float, str))})
+            tracker.log_artifact(task.artifact, task.artifact, list(files.values()))
+            tracker.log_artifact("checkpoint", "checkpoint",
+                                 [str(p) for p in list_checkpoints(run_dir)[-1:]])
         return summary
+
+    def write_failure(self, err: WriteFailed) -> str:
+        """One line: what could not be written, the newest checkpoint (written whole or not at all, so
+        complete) and the command that continues from it."""
+        kept = list_checkpoints(self.run_dir)
+        if not kept:
+            return (f"{err}. No checkpoint was written yet: start the run again once the disk has space (or "
+                    "is writable)")
+        return (f"{err}. The checkpoint {kept[-1]} is complete: once the disk has space again (or is "
+                f"writable), continue with: python train.py resume={self.run_dir}")
 
     def refine_seconds(self) -> float | None:
         """The refinement's time (``task.refine.share``): ``share / (1 - share)`` of the evolution's, so the
@@ -635,11 +668,14 @@ class Run:
         after a completed run (on an interrupt or failure other ranks may still be inside a collective)."""
         if self.bar is not None:
             self.bar.close()
-        if self.tracker is not None and outcome != "failed":
-            self.tracker.finish()
-        if self.task is not None:
-            self.task.close()
-        if self.lock is not None:
-            self.lock.release()
-        if outcome == "done":
-            self.dist.close()
+        try:
+            if self.tracker is not None and outcome != "failed":
+                with writing(Path(self.run_dir) / "wandb"):
+                    self.tracker.finish()
+        finally:
+            if self.task is not None:
+                self.task.close()
+            if self.lock is not None:
+                self.lock.release()
+            if outcome == "done":
+                self.dist.close()

@@ -1,17 +1,19 @@
-"""`python train.py` against what shared machines do to runs: a second run into a busy run directory ends in
-one line that says what to do."""
+"""`python train.py` against what shared machines do to runs: a second run into a busy run directory and a
+full or read-only disk while writing, each ending in one line that says what to do."""
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
 
 import pytest
+import torch
 
 from gprl.train.rundir import LOCK_NAME, RunDirectoryError, RunLock
-from tests.train.helpers import digest, metrics, train
+from tests.train.helpers import ROOT, TINY, digest, metrics, train
 
 BASE = ["wandb.mode=disabled", "checkpoint_every=1"]
 
@@ -91,3 +93,82 @@ def test_lock_is_exclusive_and_a_dead_holders_lock_is_taken_over(tmp_path, capsy
     assert f"took over the lock of {tmp_path} left by pid {pid} on host elsewhere" in capsys.readouterr().err
     assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == os.getpid()
     second.release()
+
+
+# ---- a full or read-only disk ----
+
+# train.py whose checkpoint `fail_at` (counting from 1) meets a full disk the way torch reports it
+FULL_DISK = """
+import runpy, sys, torch
+save, calls = torch.save, []
+def full_disk(obj, f, *args, **kwargs):
+    calls.append(1)
+    if len(calls) == {fail_at}:
+        f.write(b"PK\\x03\\x04" + bytes(1000))  # part of the archive, as far as the disk took it
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 163456 vs 163344")
+    return save(obj, f, *args, **kwargs)
+torch.save = full_disk
+sys.argv = ["train.py", *{argv!r}]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+def test_full_disk_while_checkpointing_is_one_line_and_a_copy_resumes(tmp_path):
+    run = tmp_path / "run"
+    argv = [f"hydra.run.dir={run}", *TINY, "progress=false", "gp.generations=5", *BASE]
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
+    res = subprocess.run([sys.executable, "-c", FULL_DISK.format(fail_at=3, argv=argv)], check=False,
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    error = one_line_error(res)
+    folder = run / "checkpoints"
+    assert error.startswith(f"error: could not write {folder / 'gen_000003.pt'}: the file system took only "
+                            "part of it (torch: [enforce fail at inline_container.cc:672]"), error
+    assert error.endswith(f"The checkpoint {folder / 'gen_000002.pt'} is complete: once the disk has space "
+                          f"again (or is writable), continue with: python train.py resume={run}")
+    # nothing half-written is left, the complete checkpoints load, the lock is gone
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["gen_000001.pt", "gen_000002.pt"]
+    assert torch.load(run / "checkpoints" / "gen_000002.pt", weights_only=False)["generation"] == 2
+    assert not (run / LOCK_NAME).exists()
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    train(tmp_path, "resumer", "gp.generations=5", *BASE, f"resume={copy}")
+    assert [r["generation"] for r in metrics(copy)] == [0, 1, 2, 3, 4]
+    assert (copy / "policy.py").exists()
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 300 kB tmpfs (two tiny runs' checkpoints fit, a third does not); skipped where mounting is not
+    allowed."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mnt)], check=False,
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({res.stderr.strip() or res.returncode})")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_a_run_on_a_real_full_disk_is_one_line_and_a_copy_resumes(tmp_path, small_tmpfs):
+    run = small_tmpfs / "run"
+    res = train(tmp_path, str(run), "gp.generations=12", *BASE, check=False)
+    error = one_line_error(res)
+    assert error.startswith(f"error: could not write {run}/"), error
+    kept = sorted((run / "checkpoints").iterdir())
+    assert kept and all(p.name.startswith("gen_") and p.suffix == ".pt" for p in kept)  # no temporary file
+    assert f"The checkpoint {kept[-1]} is complete" in error and error.endswith(f"resume={run}")
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    train(tmp_path, "resumer", "gp.generations=12", *BASE, f"resume={copy}")
+    assert [r["generation"] for r in metrics(copy)] == list(range(12))
+
+
+def test_a_read_only_run_directory_is_one_line(tmp_path, small_tmpfs):
+    subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
+    res = train(tmp_path, str(small_tmpfs / "run"), "gp.generations=1", *BASE, check=False)
+    assert one_line_error(res) == (f"error: cannot write the run directory {small_tmpfs / 'run'}: "
+                                   f"{small_tmpfs} is read-only (or not writable for this user); pass "
+                                   "hydra.run.dir=<a writable folder>")
