@@ -129,10 +129,19 @@ class Tracker:
                               "(or set wandb.mode=disabled)") from err
         self._wandb = wandb
         os.makedirs(directory, exist_ok=True)
-        self.run = wandb.init(mode=mode, project=project, entity=entity, group=group, tags=list(tags or []),
-                              name=name, config=config, dir=directory, id=run_id,
-                              resume="allow" if run_id else None,
-                              settings=wandb.Settings(silent=True, console="off"))
+        try:
+            self.run = wandb.init(mode=mode, project=project, entity=entity, group=group,
+                                  tags=list(tags or []), name=name, config=config, dir=directory, id=run_id,
+                                  resume="allow" if run_id else None,
+                                  settings=wandb.Settings(silent=True, console="off"))
+        except wandb.errors.Error as err:  # no login, no connection, a refused project: one line and the fix
+            text = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            login = isinstance(err, wandb.errors.AuthenticationError) or "api key" in text.lower()
+            raise ValueError(f"W&B ({mode}) could not start: {text} "
+                             + ("Log in with `wandb login` (or set WANDB_API_KEY), or track " if login else
+                                "Track ")
+                             + "offline with wandb.mode=offline (upload later with `wandb sync`) or not at "
+                             "all with wandb.mode=disabled") from None
 
     @property
     def run_id(self) -> str | None:

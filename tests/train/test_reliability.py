@@ -1,5 +1,6 @@
-"""`python train.py` against what shared machines do to runs: a second run into a busy run directory and a
-full or read-only disk while writing, each ending in one line that says what to do."""
+"""`python train.py` against what shared machines do to runs: a second run into a busy run directory, a full
+disk while writing, and library errors a user can fix (no W&B login, a missing simulator extra), each ending
+in one line that says what to do."""
 
 import json
 import os
@@ -12,6 +13,7 @@ import time
 import pytest
 import torch
 
+from gprl.backend.build import cache_dir
 from gprl.train.rundir import LOCK_NAME, RunDirectoryError, RunLock
 from tests.train.helpers import ROOT, TINY, digest, metrics, train
 
@@ -172,3 +174,33 @@ def test_a_read_only_run_directory_is_one_line(tmp_path, small_tmpfs):
     assert one_line_error(res) == (f"error: cannot write the run directory {small_tmpfs / 'run'}: "
                                    f"{small_tmpfs} is read-only (or not writable for this user); pass "
                                    "hydra.run.dir=<a writable folder>")
+
+
+# ---- errors of the tracking and environment libraries ----
+
+BLOCKED = """
+import runpy, sys
+for name in {blocked!r}:
+    sys.modules[name] = None  # as if not installed
+sys.argv = ["train.py", *{argv!r}]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("overrides, blocked, message", [
+    (["wandb.mode=online"], [],
+     ("error: W&B (online) could not start: No API key configured. Use `wandb login` to log in. Log in with "
+      "`wandb login` (or set WANDB_API_KEY), or track offline with wandb.mode=offline")),
+    (["env.backend=brax"], ["brax", "brax.envs"],
+     "error: the 'brax' environment backend needs the Python package 'brax', which is not installed"),
+], ids=["wandb_login", "missing_extra"])
+def test_library_errors_a_user_can_fix_are_one_line(tmp_path, overrides, blocked, message):
+    argv = [f"hydra.run.dir={tmp_path / 'run'}", *TINY, "progress=false", "gp.generations=1",
+            "wandb.mode=disabled", *overrides]
+    # no W&B login anywhere: a home of its own, no key in the environment
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(tmp_path), GPRL_CACHE=str(cache_dir()), HYDRA_FULL_ERROR="0")
+    res = subprocess.run([sys.executable, "-c", BLOCKED.format(blocked=blocked, argv=argv)], check=False,
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+                         stdin=subprocess.DEVNULL)
+    assert one_line_error(res).startswith(message), res.stderr[-3000:]
