@@ -31,6 +31,15 @@ generalized pipeline, 1000-step episodes) as horizontal reference lines.
     python scripts/bench_policies.py --backend brax --tasks hopper swimmer --seeds 0 1 \
         -- gp.population_size=8192
 
+``--suite dev`` runs the development suite (:data:`SUITES`: classic control, Box2D and MuJoCo tasks, each
+with its CPU budget and target, three seeds, 20 fresh episodes in plain Gymnasium); ``--suite dev_brax``
+its Brax tasks with the defaults on a GPU. The document's ``summary`` gives per task the mean over seeds,
+the worst seed and whether the mean reaches the target, how many exported actions are constants, and the
+median formula size per action over the suite; the PNG draws the targets, the mean and the worst seed.
+
+    python scripts/bench_policies.py --suite dev --out outputs/dev_suite
+    python scripts/bench_policies.py --suite dev --tasks Pendulum-v1 --seeds 0 --budget 60
+
 ``--resume`` continues the runs of an earlier document in ``--out`` from their last checkpoints
 (``train.py resume=<run dir>``; pass the same overrides after ``--``) until ``--budget`` seconds of evolution
 in all (the trainer's clock goes on from the checkpoint's): ``wall_s`` is the sum of the processes'
@@ -63,6 +72,20 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = ("swimmer", "hopper", "walker2d", "halfcheetah")
+# The development suites: task -> (seconds of evolution, None: the defaults' own; the target of the exported
+# policy's mean return over seeds). dev: a 2-core CPU, 20 fresh episodes, 3 seeds; the locomotion tasks'
+# targets are their seed-0 figures with the per-task settings the presets carried (CPU: native MuJoCo).
+# dev_brax: an NVIDIA GPU, the defaults (about 600 s from the process's start), 10 fresh episodes, one seed.
+SUITES: dict[str, dict[str, tuple[float | None, float]]] = {
+    "dev": {"CartPole-v1": (60, 500), "Pendulum-v1": (300, -160), "LunarLanderContinuous-v3": (600, 250),
+            "InvertedDoublePendulum-v5": (300, 9300), "Reacher-v5": (300, -5), "Ant-v5": (900, 2500),
+            "hopper": (750, 3009), "walker2d": (750, 3807), "halfcheetah": (750, 4508),
+            "swimmer": (600, 361)},
+    "dev_brax": {"ant": (None, 3000), "hopper": (None, 3336), "walker2d": (None, 2548),
+                 "halfcheetah": (None, 8499), "swimmer": (None, 370)},
+}
+SUITE_RUNS = {"dev": {"backend": "auto", "episodes": 20, "seeds": [0, 1, 2]},
+              "dev_brax": {"backend": "brax", "episodes": 10, "seeds": [0]}}
 # EvoGP (Table VIII): best returns with population 5,000 on Brax's generalized pipeline, 1000-step episodes
 EVOGP_TABLE_VIII = {"swimmer": 372.0, "hopper": 2659.0, "walker2d": 2365.0, "halfcheetah": 13863.0}
 EVAL_SEED = 10_000_019  # as scripts/replay.py: fresh episodes, not those training and validation play
@@ -84,14 +107,15 @@ def holds_files(run_dir: Path) -> bool:
     return run_dir.exists() and any(run_dir.iterdir())
 
 
-def train(task: str, backend: str, seed: int, budget: float, run_dir: Path, overrides: list[str],
+def train(task: str, backend: str, seed: int, budget: float | None, run_dir: Path, overrides: list[str],
           earlier: dict[str, Any] | None = None,
           save: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Runs train.py and returns the run's record (without the evaluation); with ``earlier`` (the record of
     the run so far) it continues the run from its last checkpoint. ``save`` receives the record so far
     (``running``: true) every ``SAVE_EVERY_S`` seconds while the run trains."""
     cmd = [sys.executable, "train.py", f"env={task}", f"env.backend={backend}", f"seed={seed}",
-           f"gp.time_limit={budget:g}", "wandb.mode=disabled", "progress=false", f"hydra.run.dir={run_dir}",
+           *([f"gp.time_limit={budget:g}"] if budget is not None else []), "wandb.mode=disabled",
+           "progress=false", f"hydra.run.dir={run_dir}",
            *([f"resume={run_dir}"] if earlier else []), *overrides]
     log_path = run_dir.with_suffix(".log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -163,6 +187,8 @@ def train(task: str, backend: str, seed: int, budget: float, run_dir: Path, over
 
         cfg = OmegaConf.load(config_path)
         record["population_size"] = cfg.gp.population_size
+        record["budget_s"] = record["budget_s"] if budget is not None else cfg.gp.time_limit
+        record["resolved_backend"] = cfg.env.backend
         record["episode_length"] = cfg.env.episode_length
         sched = cfg.env.episode_schedule
         record["episode_schedule"] = None if sched is None else OmegaConf.to_container(sched)
@@ -243,7 +269,8 @@ def evaluate(record: dict[str, Any], episodes: int, seed: int) -> None:
         record["eval_error"] = "no exported policy (the run failed before the export)"
         return
     try:
-        fn = evaluate_brax if record["backend"] == "brax" else evaluate_gymnasium
+        fn = evaluate_brax if record.get("resolved_backend", record["backend"]) == "brax" \
+            else evaluate_gymnasium
         ev = fn(run_dir, episodes, seed)
         mean, std = mean_std(ev["returns"])
         record["eval"] = {**ev, "episodes": episodes, "seed": seed, "mean": mean, "std": std}
@@ -253,7 +280,8 @@ def evaluate(record: dict[str, Any], episodes: int, seed: int) -> None:
 
 
 # ---------------------------------------------------------------- figure
-def plot(records: list[dict[str, Any]], tasks: list[str], backend: str, budget: str, path: Path) -> None:
+def plot(records: list[dict[str, Any]], tasks: list[str], backend: str, budget: str, path: Path,
+         targets: dict[str, float] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -275,7 +303,15 @@ def plot(records: list[dict[str, Any]], tasks: list[str], backend: str, budget: 
                 ev = rec["eval"]
                 ax.errorbar([rec["wall_s"]], [ev["mean"]], yerr=[ev["std"]], fmt="o", color=color, capsize=3,
                             label=f"{name}: exported policy, {ev['episodes']} fresh episodes")
-        if task in EVOGP_TABLE_VIII:
+        evals = [(r["wall_s"], r["eval"]["mean"]) for r in records if r["task"] == task and "eval" in r]
+        if len(evals) > 1:  # the suite's statistics: the mean over seeds and the worst seed
+            mean = sum(m for _, m in evals) / len(evals)
+            ax.axhline(mean, color="C3", lw=2, alpha=0.6, label=f"mean over {len(evals)} seeds: {mean:,.1f}")
+            ax.axhline(min(m for _, m in evals), color="C3", lw=1, ls=":",
+                       label=f"worst seed: {min(m for _, m in evals):,.1f}")
+        if targets and task in targets:
+            ax.axhline(targets[task], color="k", ls="-.", lw=1, label=f"target: {targets[task]:,.0f}")
+        if task in EVOGP_TABLE_VIII and backend == "brax":
             ax.axhline(EVOGP_TABLE_VIII[task], color="k", ls="--", lw=1,
                        label=f"EvoGP Table VIII: {EVOGP_TABLE_VIII[task]:,.0f}")
         ax.set_title(f"{task} ({backend})")
@@ -285,8 +321,8 @@ def plot(records: list[dict[str, Any]], tasks: list[str], backend: str, budget: 
         ax.set_xlim(left=0)
     for ax in list(axes.flat)[len(tasks):]:
         ax.axis("off")
-    fig.suptitle(f"gprl, {budget}; EvoGP: population 5,000, Brax generalized, "
-                 f"1000-step episodes", fontsize=9)
+    fig.suptitle(f"gprl, {budget}" + ("; EvoGP: population 5,000, Brax generalized, 1000-step episodes"
+                                      if backend == "brax" else ""), fontsize=9)
     fig.tight_layout()
     for ax in list(axes.flat)[:len(tasks)]:  # after the layout: a long legend goes below its curves
         if len(ax.get_legend_handles_labels()[1]) > 8:
@@ -295,6 +331,34 @@ def plot(records: list[dict[str, Any]], tasks: list[str], backend: str, budget: 
             ax.legend(fontsize=7, loc="best")
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
+
+
+def suite_summary(records: list[dict[str, Any]], targets: dict[str, float]) -> dict[str, Any]:
+    """Per task: the exported policies' mean return over seeds and the worst seed against the target, and
+    the median formula size per action over the suite."""
+    tasks, sizes = {}, []
+    for task, target in targets.items():
+        runs = [r for r in records if r["task"] == task and "eval" in r]
+        sizes += [n for r in runs for n in r.get("nodes", {}).values()]
+        means = [r["eval"]["mean"] for r in runs]
+        tasks[task] = {"target": target, "seeds": [r["seed"] for r in runs], "returns": means,
+                       "mean": sum(means) / len(means) if means else None, "worst": min(means, default=None),
+                       "met": bool(means) and sum(means) / len(means) >= target,
+                       "wall_s": [r["wall_s"] for r in runs],
+                       "constant_actions": sum(sum(1 for f in r.get("formulas", {}).values()
+                                                   if _is_number(f)) for r in runs),
+                       "actions": sum(len(r.get("formulas", {})) for r in runs)}
+    sizes.sort()
+    median = sizes[len(sizes) // 2] if sizes else None
+    return {"tasks": tasks, "median_nodes_per_action": median, "met": sum(t["met"] for t in tasks.values())}
+
+
+def _is_number(formula: str) -> bool:
+    try:
+        float(formula)
+        return True
+    except ValueError:
+        return False
 
 
 # ---------------------------------------------------------------- merging earlier documents
@@ -338,7 +402,7 @@ def merge(paths: list[str], out: Path) -> dict[str, Any]:
                     "label": r.get("label") or f"seed {r['seed']}, {r['budget_s']:g} s, "
                                                f"{(d['machine'].get('gpus') or ['CPU'])[0]}"}
                    for path, name, d in docs if d["backend"] == backend for r in d["records"]]
-        tasks = [t for t in TASKS if any(r["task"] == t for r in records)]
+        tasks = list(dict.fromkeys(r["task"] for r in records))
         png = out / f"bench_policies_{backend}.png"
         plot(records, tasks, backend, "seconds of evolution per run in the legend", png)
         doc = {"benchmark": "policies", "backend": backend, "merged_from": paths, "tasks": tasks,
@@ -386,11 +450,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  epilog="Arguments after -- are passed to train.py as Hydra overrides.")
     ap.add_argument("--out", default="outputs/bench_policies", help="folder of the runs, JSON and PNG")
-    ap.add_argument("--budget", type=float, default=600.0, help="seconds of evolution a run (gp.time_limit)")
-    ap.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
-    ap.add_argument("--backend", choices=("brax", "mujoco"), default="mujoco")
-    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
-    ap.add_argument("--episodes", type=int, default=10, help="fresh episodes per exported policy")
+    ap.add_argument("--suite", choices=sorted(SUITES), default=None,
+                    help="a development suite: its tasks, budgets, targets, backend, seeds and episodes "
+                         "(--tasks, --seeds, --episodes, --backend still narrow or change them)")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds of evolution a run (gp.time_limit; default 600, or the suite's)")
+    ap.add_argument("--tasks", nargs="+", default=None, help=f"default: {', '.join(TASKS)}, or the suite's")
+    ap.add_argument("--backend", choices=("auto", "brax", "mujoco", "gymnasium"), default=None,
+                    help="default: mujoco, or the suite's")
+    ap.add_argument("--seeds", nargs="+", type=int, default=None, help="default: 0, or the suite's")
+    ap.add_argument("--episodes", type=int, default=None,
+                    help="fresh episodes per exported policy (default 10, or the suite's)")
     ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="seed of the first evaluation episode")
     ap.add_argument("--resume", action="store_true",
                     help="continue the runs of the document in --out from their last checkpoints")
@@ -400,7 +470,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
     if args.merge:
         return merge(args.merge, Path(args.out))
-    if args.budget <= 0 or args.episodes < 1:
+    suite = SUITES.get(args.suite, {})
+    runs_of = SUITE_RUNS.get(args.suite, {"backend": "mujoco", "episodes": 10, "seeds": [0]})
+    args.tasks = args.tasks or list(suite or TASKS)
+    unknown = [t for t in args.tasks if t not in (suite or TASKS)]
+    if unknown:
+        ap.error(f"--tasks: {unknown} not in {list(suite or TASKS)}")
+    args.backend = args.backend or runs_of["backend"]
+    args.seeds = args.seeds or runs_of["seeds"]
+    args.episodes = args.episodes or runs_of["episodes"]
+    budgets = {t: args.budget if args.budget is not None else suite[t][0] if suite else 600.0
+               for t in args.tasks}
+    targets = {t: suite[t][1] for t in args.tasks} if suite else {}
+    if any(b is not None and b <= 0 for b in budgets.values()) or args.episodes < 1:
         ap.error("--budget must be > 0 and --episodes >= 1")
     if any(o.lstrip("+").startswith(("gp.time_limit=", "env.backend=", "hydra.run.dir=", "seed=", "env="))
            for o in overrides):
@@ -432,7 +514,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     records: list[dict[str, Any]] = []
-    doc = {"benchmark": "policies", "backend": args.backend, "budget_s": args.budget, "tasks": args.tasks,
+    doc = {"benchmark": "policies", "backend": args.backend, "suite": args.suite, "budgets_s": budgets,
+           "targets": targets, "tasks": args.tasks,
            "seeds": args.seeds, "episodes": args.episodes, "eval_seed": args.eval_seed,
            "overrides": overrides, "started": started, "machine": machine(),
            "evogp_table_viii": {"returns": EVOGP_TABLE_VIII, "population_size": 5000,
@@ -451,9 +534,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     for task, seed, run_dir in runs:  # every training first: evaluations here hold no GPU memory meanwhile
         how = "continuing" if (task, seed) in earlier else "training"
-        print(f"bench_policies: {how} {task} seed {seed} on {args.backend} ({args.budget:g} s)",
-              file=sys.stderr)
-        records.append(train(task, args.backend, seed, args.budget, run_dir, overrides,
+        budget = budgets[task]
+        print(f"bench_policies: {how} {task} seed {seed} on {args.backend} "
+              f"({'the defaults' if budget is None else f'{budget:g} s'})", file=sys.stderr)
+        records.append(train(task, args.backend, seed, budget, run_dir, overrides,
                              earlier.get((task, seed)), save=write))
         rec = records[-1]
         print(f"bench_policies: {task} seed {seed}: exit {rec['returncode']}, {rec.get('generations')} "
@@ -462,8 +546,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for rec in records:
         evaluate(rec, args.episodes, args.eval_seed)
     png = out / f"bench_policies_{args.backend}.png"
-    plot(records, args.tasks, args.backend, f"{args.budget:g} s of evolution per run", png)
+    shown = ("the defaults' budgets" if args.budget is None and suite and None in budgets.values()
+             else "each task's budget" if len(set(budgets.values())) > 1
+             else f"{next(iter(budgets.values())):g} s of evolution per run")
+    plot(records, args.tasks, args.backend, shown, png, targets)
     doc["figure"] = str(png)
+    if suite:
+        doc["summary"] = suite_summary(records, targets)
     write()
     print(json.dumps(doc, indent=1))
     return doc

@@ -175,3 +175,28 @@ def test_a_run_cut_off_goes_on(tmp_path, capsys, monkeypatch):
     assert cont["curve"][0] == saved["curve"][0] and cont["generations"] > len(saved["curve"])
     walls = [p["wall_s"] for p in cont["curve"]]
     assert walls == sorted(walls) and walls[-1] <= cont["wall_s"] and len(cont["eval"]["returns"]) == 2
+
+
+def test_the_development_suite_reports_mean_and_worst_seed_against_its_targets(tmp_path, capsys):
+    bench = load_script()
+    out = tmp_path / "suite"
+    doc = bench.main(["--out", str(out), "--suite", "dev", "--tasks", "CartPole-v1", "Pendulum-v1",
+                      "--budget", "1", "--seeds", "0", "1", "--episodes", "2", "--",
+                      "gp.population_size=16", "task.validation_episodes=2"])
+    capsys.readouterr()
+    assert doc["backend"] == "auto" and doc["targets"] == {"CartPole-v1": 500, "Pendulum-v1": -160}
+    summary = doc["summary"]["tasks"]
+    for task, target in doc["targets"].items():
+        runs = [r for r in doc["records"] if r["task"] == task]
+        assert [r["seed"] for r in runs] == [0, 1] and all(r["returncode"] == 0 for r in runs)
+        means = [r["eval"]["mean"] for r in runs]
+        assert len(runs[0]["eval"]["returns"]) == 2 and runs[0]["eval"]["simulator"] == "gymnasium"
+        s = summary[task]
+        assert s["returns"] == means and s["worst"] == min(means) and s["target"] == target
+        assert math.isclose(s["mean"], sum(means) / 2) and s["met"] == (s["mean"] >= target)
+        assert s["actions"] == 2 * len(runs[0]["formulas"])
+    sizes = sorted(n for r in doc["records"] for n in r["nodes"].values())
+    assert doc["summary"]["median_nodes_per_action"] == sizes[len(sizes) // 2]
+    assert (out / "bench_policies_auto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(SystemExit):  # a task outside the suite
+        bench.main(["--out", str(tmp_path / "x"), "--suite", "dev", "--tasks", "Humanoid-v5"])
