@@ -27,7 +27,8 @@ from gprl.evolve.config import GPConfig, hydra_fields
 @dataclass
 class EnvSchema:
     name: str = MISSING
-    """The task: a preset of ``configs/env/`` or a name the backend knows."""
+    """The task: a preset of ``configs/env/``, a Gymnasium id, an entry point ``module:Class`` of your own
+    environment, or a Brax, Playground or Genesis name."""
     backend: str = "auto"
     """``auto`` (Brax with a GPU JAX, native MuJoCo otherwise), ``mujoco``, ``gymnasium``, ``brax``,
     ``genesis``."""
