@@ -63,6 +63,13 @@ def registered_ids() -> list[str]:
     return sorted(gym.envs.registry.keys())
 
 
+def _attribute(module: Any, path: str) -> Any:
+    """``module.a.b`` for ``path`` ``"a.b"`` (None where a part is missing)."""
+    for part in path.split("."):
+        module = getattr(module, part, None)
+    return module
+
+
 def resolve_id(env_id: str) -> str:
     """The registered id to make for ``env_id``: itself, or for an entry point ``module:Class`` (or a factory)
     that Gymnasium's own ``module:EnvId`` does not name, ``gprl/module.Class`` registered here with it."""
@@ -81,8 +88,7 @@ def resolve_id(env_id: str) -> str:
         return env_id
     own = "gprl/" + env_id.replace(":", ".")
     if own not in gym.envs.registry:
-        for part in attr.split("."):
-            target = getattr(target, part, None)
+        target = _attribute(target, attr)
         if not callable(target):
             raise ValueError(f"env {env_id!r}: module {module!r} has no environment id, class or factory "
                              f"named {attr!r}")
@@ -95,12 +101,9 @@ def register_callable(env: Any) -> str:
     imported by that path, else an id registered in this process (``gprl/<name>-v<n>``)."""
     gym = require("gymnasium", "gymnasium")
     module, qualname = getattr(env, "__module__", None), getattr(env, "__qualname__", "")
-    if module and module != "__main__" and "<" not in qualname:
-        target = importlib.import_module(module)
-        for part in qualname.split("."):
-            target = getattr(target, part, None)
-        if target is env:
-            return f"{module}:{qualname}"
+    if module and module != "__main__" and "<" not in qualname \
+            and _attribute(importlib.import_module(module), qualname) is env:
+        return f"{module}:{qualname}"
     name = re.sub(r"\W", "_", getattr(env, "__name__", type(env).__name__))
     own = f"gprl/{name}-v{sum(k.startswith(f'gprl/{name}-v') for k in gym.envs.registry)}"
     gym.register(id=own, entry_point=env)
@@ -140,8 +143,8 @@ def flat_names(space: Any, prefix: str = "") -> list[str]:
                     "and Dict or Tuple of them")
 
 
-def action_layout(space: Any) -> tuple[dict[str, Any], np.ndarray | None]:
-    """The ``VecEnv`` action arguments for ``space``, and the offsets added to discrete choices (starts)."""
+def action_layout(space: Any) -> tuple[dict[str, Any], np.ndarray | np.int64 | None]:
+    """The ``VecEnv`` action arguments for ``space``, and what is added to discrete choices (their starts)."""
     spaces = require("gymnasium", "gymnasium").spaces
     if isinstance(space, spaces.Box):
         if len(space.shape) != 1:
@@ -149,16 +152,14 @@ def action_layout(space: Any) -> tuple[dict[str, Any], np.ndarray | None]:
         return {"act_dim": space.shape[0], "action_low": torch.as_tensor(space.low, dtype=torch.float32),
                 "action_high": torch.as_tensor(space.high, dtype=torch.float32)}, None
     if isinstance(space, spaces.Discrete):
-        segments, start = [int(space.n)], np.array([int(space.start)])
-    elif isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1:
+        return {"act_dim": int(space.n), "num_actions": int(space.n)}, np.int64(space.start)
+    if isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1:
         segments, start = [int(n) for n in space.nvec], space.start.astype(np.int64)
     elif isinstance(space, spaces.MultiBinary) and len(space.shape) == 1:
         segments, start = [2] * int(space.n), np.zeros(int(space.n), np.int64)
     else:
         raise TypeError(f"action space {space} is not supported: Box (1-D), Discrete, MultiDiscrete (1-D) or "
                         "MultiBinary (1-D)")
-    if isinstance(space, spaces.Discrete):
-        return {"act_dim": segments[0], "num_actions": segments[0]}, start
     # one score per choice of each component: a<component>_<choice>
     names = [f"a{i}_{int(s) + k}" for i, (n, s) in enumerate(zip(segments, start)) for k in range(n)]
     return {"act_dim": sum(segments), "num_actions": sum(segments), "action_segments": segments,
@@ -244,7 +245,7 @@ class GymnasiumEnv(VecEnv):
 
     def _step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.discrete:
-            act = action.cpu().numpy() + (self._act_start if self.action_segments else self._act_start[0])
+            act = action.cpu().numpy() + self._act_start
         else:
             act = action.cpu().numpy().astype(self._act_dtype, copy=False)
         obs, reward, terminated, truncated, _ = self.vec.step(act)
