@@ -276,3 +276,16 @@ def test_gymnasium_mujoco_ids_run_on_the_native_backend() -> None:
     assert genvs.auto_backend("Hopper-v5") == "mujoco" and genvs.auto_backend("Ant-v5") == "mujoco"
     assert genvs.auto_backend("Hopper-v4") == "gymnasium"  # only the v5 tasks are native
     assert genvs.make("InvertedDoublePendulum-v5", num_envs=1).backend == "mujoco"
+
+
+def test_several_discrete_choices_take_an_argmax_each() -> None:
+    env = genvs.make("tests.envs.custom:Switches", num_envs=2, episode_length=8)
+    assert env.action_segments == [2, 2, 2] and env.num_actions == 6
+    scores = torch.tensor([[0.0, 1.0, 2.0, -1.0, float("nan"), 3.0], [5.0, 4.0, 0.0, 0.0, 1.0, -1.0]])
+    assert env.prepare_action(scores).tolist() == [[1, 0, 1], [0, 0, 0]]  # NaN never wins; ties: the first
+    assert env.prepare_action(torch.tensor([[1, 0, 1], [0, 1, 1]])).tolist() == [[1, 0, 1], [0, 1, 1]]
+    with pytest.raises(ValueError, match=r"integer action must have shape \[2, 3\]"):
+        env.prepare_action(torch.tensor([1, 0]))
+    target = env.reset(0)[:, :3]  # the switches' targets: reward 3 for setting them all
+    _, reward, _, _ = env.step(target.long())
+    assert reward.tolist() == [3.0, 3.0]
