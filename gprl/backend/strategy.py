@@ -41,6 +41,7 @@ import json
 import math
 import os
 import statistics
+import sys
 import tempfile
 import threading
 import warnings
@@ -400,6 +401,9 @@ def model(device: torch.device | str, op: str | None = None) -> CostModel:
         if m is not None:
             tables = {**m.tables, **tables}
         if op is not None and op not in tables:
+            # seconds, once per device and kernel build: say why this call is slow (inside a time_limit)
+            print(f"gprl: calibrating the {op} strategies of the CUDA kernels on {name} once (cached in "
+                  f"{os.path.dirname(_cache_path(name)[0])})", file=sys.stderr, flush=True)
             try:
                 tables[op] = _calibrate_on(index, op)
             except Exception as e:  # noqa: BLE001  never fail a user's call over a speed choice
