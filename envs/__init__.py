@@ -8,6 +8,8 @@ Backends (each an optional pip extra, imported only when used):
 
 * ``gymnasium``: any registered Gymnasium id through its vector API (``pip install -e ".[gymnasium]"``)
 * ``mujoco``: native batched MuJoCo, the Gymnasium v5 tasks bit for bit (``pip install -e ".[mujoco]"``)
+* ``classic``: native batched NumPy, Gymnasium's classic-control tasks (CartPole, Pendulum, MountainCar,
+  MountainCarContinuous, Acrobot) bit for bit (``pip install -e ".[gymnasium]"``)
 * ``brax``: Brax and MuJoCo Playground on JAX (GPU), tensors shared through DLPack
   (``pip install -e ".[brax]"``)
 * ``genesis``: Genesis scenes, torch tensors on the device (``pip install -e ".[genesis]"``)
@@ -31,7 +33,7 @@ from .rollout import RolloutResult, rollout
 __all__ = ["BACKENDS", "SHARED_TASKS", "RolloutResult", "VecEnv", "make", "register", "rollout",
            "task_names"]
 
-BACKENDS = ("gymnasium", "mujoco", "brax", "genesis")
+BACKENDS = ("gymnasium", "mujoco", "classic", "brax", "genesis")
 
 #: task names shared across backends → the backends that have them
 SHARED_TASKS: dict[str, tuple[str, ...]] = {
@@ -46,7 +48,8 @@ SHARED_TASKS: dict[str, tuple[str, ...]] = {
     "reacher": ("mujoco", "gymnasium", "brax"),
 }
 
-_EXTRA_MODULE = {"gymnasium": "gymnasium", "mujoco": "mujoco", "brax": "brax", "genesis": "genesis"}
+_EXTRA_MODULE = {"gymnasium": "gymnasium", "mujoco": "mujoco", "classic": "gymnasium", "brax": "brax",
+                 "genesis": "genesis"}
 
 
 def _backend_names(backend: str) -> list[str]:
@@ -61,6 +64,10 @@ def _backend_names(backend: str) -> list[str]:
         from .mujoco_tasks import TASKS
 
         return sorted(TASKS)
+    if backend == "classic":
+        from .classic_env import TASKS as CLASSIC_TASKS
+
+        return sorted(CLASSIC_TASKS)
     if backend == "brax":
         from .brax_env import known_names
 
@@ -118,6 +125,8 @@ def auto_backend(name: str) -> str:
         )
     if ":" in name:  # an entry point, module:Class or Gymnasium's module:EnvId
         return "gymnasium"
+    if name in _backend_names("classic"):  # Gymnasium's classic-control ids, the same tasks batched
+        return "classic"
     if available("mujoco"):  # Gymnasium's MuJoCo v5 ids: the native backend steps them bit for bit
         from .mujoco_tasks import gymnasium_id_to_task
 
@@ -139,6 +148,10 @@ def _factory(backend: str) -> Callable[..., VecEnv]:
         from .mujoco_tasks import gymnasium_id_to_task
 
         return lambda name, **kw: MujocoEnv(gymnasium_id_to_task(name) or name, **kw)
+    if backend == "classic":
+        from .classic_env import ClassicEnv
+
+        return ClassicEnv
     if backend == "brax":
         from .brax_env import BraxEnv
 
@@ -183,8 +196,9 @@ def make(
         name: a shared task name (:data:`SHARED_TASKS`) or an id the backend knows (a Gymnasium id such as
             ``"CartPole-v1"``, a Brax or MuJoCo Playground name, a Genesis task of :mod:`.genesis_env`), or an
             entry point ``"module:Class"`` of a user's own Gymnasium environment (or ``module:factory``).
-        backend: ``"auto"`` (Brax with a GPU JAX, else native MuJoCo, else Gymnasium; for other ids the
-            backend that knows them), or one of :data:`BACKENDS`.
+        backend: ``"auto"`` (Brax with a GPU JAX, else native MuJoCo, else Gymnasium; native classic control
+            for Gymnasium's classic-control ids; for other ids the backend that knows them), or one of
+            :data:`BACKENDS`.
         num_envs: batch size N.
         device: where observations, rewards and actions live (default: the backend's natural device).
         seed: seed of the first ``reset()`` (``reset(seed)`` overrides it).

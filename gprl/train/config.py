@@ -30,8 +30,9 @@ class EnvSchema:
     """The task: a preset of ``configs/env/``, a Gymnasium id, an entry point ``module:Class`` of your own
     environment, or a Brax, Playground or Genesis name."""
     backend: str = "auto"
-    """``auto`` (Brax with a GPU JAX, native MuJoCo otherwise), ``mujoco``, ``gymnasium``, ``brax``,
-    ``genesis``."""
+    """``auto`` (Brax with a GPU JAX, native MuJoCo otherwise; ``classic`` for Gymnasium's classic-control
+    ids), ``mujoco``, ``classic`` (CartPole, Pendulum, MountainCar, Acrobot batched in NumPy, bit for bit
+    Gymnasium's), ``gymnasium``, ``brax``, ``genesis``."""
     episode_length: int | None = None
     """Steps of a full (validation) episode."""
     # Any: OmegaConf cannot merge a dict into a None dict

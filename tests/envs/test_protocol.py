@@ -38,7 +38,9 @@ def _check_protocol(env: genvs.VecEnv, n: int) -> None:
     "name,backend",
     [("CartPole-v1", "gymnasium"), ("Pendulum-v1", "gymnasium"), ("MountainCarContinuous-v0", "gymnasium"),
      ("Acrobot-v1", "gymnasium"), ("FrozenLake-v1", "gymnasium"), ("hopper", "gymnasium"),
-     ("hopper", "mujoco"), ("ant", "mujoco"), ("Reacher-v5", "mujoco")],
+     ("hopper", "mujoco"), ("ant", "mujoco"), ("Reacher-v5", "mujoco"), ("CartPole-v1", "classic"),
+     ("Pendulum-v1", "classic"), ("MountainCar-v0", "classic"), ("MountainCarContinuous-v0", "classic"),
+     ("Acrobot-v1", "classic")],
 )  # fmt: skip
 def test_protocol_shapes_dtypes_devices(name: str, backend: str) -> None:
     with genvs.make(name, backend=backend, num_envs=3) as env:
@@ -46,10 +48,10 @@ def test_protocol_shapes_dtypes_devices(name: str, backend: str) -> None:
 
 
 def test_classic_control_obs_names_and_spaces() -> None:
-    env = genvs.make("CartPole-v1", num_envs=2)
+    env = genvs.make("CartPole-v1", backend="gymnasium", num_envs=2)
     assert env.backend == "gymnasium" and env.discrete and env.num_actions == 2
     assert env.obs_names == ["cart_position", "cart_velocity", "pole_angle", "pole_angular_velocity"]
-    env = genvs.make("Pendulum-v1", num_envs=2)
+    env = genvs.make("Pendulum-v1", backend="gymnasium", num_envs=2)
     assert not env.discrete and env.act_dim == 1 and float(env.action_high[0]) == 2.0
     env = genvs.make("FrozenLake-v1", num_envs=2)  # Discrete observations are one-hot
     obs = env.reset(seed=0)
@@ -58,7 +60,7 @@ def test_classic_control_obs_names_and_spaces() -> None:
 
 def test_discrete_actions_take_the_argmax() -> None:
     """CartPole through our adapter equals Gymnasium driven with argmax(scores) directly."""
-    env = genvs.make("CartPole-v1", num_envs=4, seed=0)
+    env = genvs.make("CartPole-v1", backend="gymnasium", num_envs=4, seed=0)
     ref = gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="sync")
     obs = env.reset(seed=7)
     ref_obs, _ = ref.reset(seed=7)

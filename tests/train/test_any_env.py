@@ -16,7 +16,7 @@ SMALL = ["gp.population_size=16", "gp.elitism=2", "task.validation_episodes=4", 
 
 def test_a_registered_id_trains_on_its_own_episode_length(tmp_path):
     res = run_train(tmp_path, "run", "env=Pendulum-v1", "gp.generations=2", *SMALL)
-    assert "task policy (Pendulum-v1), backend gymnasium" in res.stdout
+    assert "task policy (Pendulum-v1), backend classic" in res.stdout  # Gymnasium's task, batched natively
     assert "episode length 200" in res.stdout  # Pendulum-v1's own limit, not a preset's
     assert OmegaConf.load(tmp_path / "run" / "config.yaml").env.episode_length == 200
     assert [m["episode_length"] for m in metrics(tmp_path / "run")] == [200, 200]
