@@ -2,6 +2,7 @@
 disk while writing, and library errors a user can fix (no W&B login, a missing simulator extra), each ending
 in one line that says what to do."""
 
+import errno
 import json
 import os
 import shutil
@@ -174,6 +175,25 @@ def test_a_read_only_run_directory_is_one_line(tmp_path, small_tmpfs):
     assert one_line_error(res) == (f"error: cannot write the run directory {small_tmpfs / 'run'}: "
                                    f"{small_tmpfs} is read-only (or not writable for this user); pass "
                                    "hydra.run.dir=<a writable folder>")
+
+
+def test_a_write_that_wandbs_own_process_could_not_make_is_raised(tmp_path, monkeypatch):
+    """W&B writes its files in a process of its own, which only logs a refused write (the line below is one
+    it logged on a full 380 kB tmpfs, where the run used to end with exit status 0)."""
+    from gprl.train.tracking import Tracker
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    tracker = Tracker("offline", directory=str(tmp_path), config={"seed": 0})
+    log = tracker.run.settings.log_internal
+    lost = f"{tracker.run.dir}/../run-{tracker.run_id}.wandb"
+    with open(log, "a") as f:
+        f.write(json.dumps({"level": "ERROR", "msg": "writer: failed closing store: transactionlog: error "
+                            f"closing writer: write {lost}: no space left on device"}) + "\n")
+    with pytest.raises(OSError) as err:
+        tracker.finish()
+    assert err.value.errno == errno.ENOSPC and err.value.filename == lost
+    clean = Tracker("offline", directory=str(tmp_path / "clean"), config={"seed": 0})
+    clean.finish()  # nothing refused: no error
 
 
 # ---- errors of the tracking and environment libraries ----
