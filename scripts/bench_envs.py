@@ -34,13 +34,15 @@ Loops of a record (``loops`` in the JSON):
   ``raw_default_xla`` is the same loop compiled with JAX's defaults, and ``vs_raw_default_xla`` our
   throughput over it. Genesis on a GPU: ``ours_eager`` is ``ours`` with the step's phases launched op by op
   instead of replayed as CUDA graphs.
-* MuJoCo records also time Gymnasium's own vector envs on the same task, ``gym_sync`` (``SyncVectorEnv``) and
-  ``gym_async`` (``AsyncVectorEnv``, one process per environment, at most ``--async-max-concurrency``
-  stepping at once; only up to ``--async-max-envs`` environments); ``vs_gymnasium`` gives our throughput over
-  each and over the faster (``baseline``).
+* MuJoCo and classic-control records also time Gymnasium's own vector envs on the same task, ``gym_sync``
+  (``SyncVectorEnv``) and ``gym_async`` (``AsyncVectorEnv``, one process per environment, at most
+  ``--async-max-concurrency`` stepping at once; only up to ``--async-max-envs`` environments);
+  ``vs_gymnasium`` gives our throughput over each and over the faster (``baseline``). The classic backend
+  steps ended episodes too (masked, counting nothing), so its live throughput falls with ``live_fraction``.
 
     python scripts/bench_envs.py                      # CPU: native MuJoCo vs Gymnasium, N = 1, 64, 1024
     python scripts/bench_envs.py --backends mujoco gymnasium         # + our Gymnasium adapter's overhead
+    python scripts/bench_envs.py --backends classic --sizes 4000     # Pendulum-v1, CartPole-v1 vs Gymnasium
     python scripts/bench_envs.py --backends brax genesis --device cuda   # GPU: N = 1 ... 32768
 
 On a machine shared with other work the wall-clock figures depend on what else runs: each record gives the
@@ -66,6 +68,7 @@ import torch
 DEFAULT_TASKS = {
     "mujoco": ["hopper", "walker2d", "halfcheetah"],
     "gymnasium": ["hopper", "walker2d", "halfcheetah"],
+    "classic": ["Pendulum-v1", "CartPole-v1"],
     "brax": ["hopper"],
     "genesis": ["go2_walk"],
 }
@@ -285,7 +288,11 @@ class GymVector(Loop):
         super().__init__(name, what + ")")
         self.vec = gym.make_vec(gym_id, num_envs=n, vectorization_mode=mode, vector_kwargs=kw)
         self.seed = seed
-        self.bank = [b.detach().cpu().numpy().astype(self.vec.single_action_space.dtype) for b in bank]
+        space = self.vec.single_action_space
+        # a discrete task's bank holds scores: Gymnasium is given their argmax, the action our adapters take
+        discrete = isinstance(space, gym.spaces.Discrete)
+        self.bank = [(b.argmax(1) if discrete else b).detach().cpu().numpy().astype(space.dtype)
+                     for b in bank]
 
     def start(self) -> None:
         self.vec.reset(seed=self.seed)
@@ -339,12 +346,15 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
     kw = {"device": args.device} if args.device else {}
     env = genvs.make(task, backend=backend, num_envs=n, episode_length=args.steps, seed=args.seed, **kw)
     gen = torch.Generator().manual_seed(args.seed)
-    # uniform in the bounds, within [-1, 1] (Genesis' are ±100, PD offsets), × the action scale
-    low, high = env.action_low.cpu().clamp(min=-1.0), env.action_high.cpu().clamp(max=1.0)
-    mid, half = (high + low) / 2, (high - low) / 2
     scale = args.action_scale if args.action_scale is not None else DEFAULT_ACTION_SCALE.get(backend, 1.0)
-    bank = [(mid + half * (torch.rand(n, env.act_dim, generator=gen) * 2 - 1) * scale).to(env.device)
-            for _ in range(BANK)]  # fmt: skip
+    if env.discrete:  # normal scores, whose argmax is the action
+        scale = None
+        bank = [torch.randn(n, env.num_actions, generator=gen).to(env.device) for _ in range(BANK)]
+    else:  # uniform in the bounds, within [-1, 1] (Genesis' are ±100, PD offsets), × the action scale
+        low, high = env.action_low.cpu().clamp(min=-1.0), env.action_high.cpu().clamp(max=1.0)
+        mid, half = (high + low) / 2, (high - low) / 2
+        bank = [(mid + half * (torch.rand(n, env.act_dim, generator=gen) * 2 - 1) * scale).to(env.device)
+                for _ in range(BANK)]  # fmt: skip
     load0 = _load()
     ours = Ours(env, bank, args.seed)
     ours.count(args.steps)  # warm-up (JAX compilation)
@@ -364,13 +374,13 @@ def bench(backend: str, task: str, n: int, args: argparse.Namespace) -> dict[str
         if env.cuda_graphs:
             loops.append(OursEager(env, bank, args.seed))
     gym_id = None
-    if backend in ("mujoco", "gymnasium"):
+    if backend in ("mujoco", "gymnasium", "classic"):
         from gprl.envs.gymnasium_env import SHARED_IDS
 
         gym_id = SHARED_IDS.get(task, task)
         name = "raw" if backend == "gymnasium" else "gym_sync"
         loops.append(GymVector(name, gym_id, n, "sync", bank, args.seed))
-        if backend == "mujoco" and n <= args.async_max_envs:
+        if backend != "gymnasium" and n <= args.async_max_envs:
             loops.append(
                 GymVector("gym_async", gym_id, n, "async", bank, args.seed, args.async_max_concurrency)
             )
@@ -495,8 +505,8 @@ def main() -> None:
                     help="default: mujoco, with Gymnasium's own vector envs as baselines; add gymnasium for "
                          "our Gymnasium adapter's overhead")  # fmt: skip
     ap.add_argument("--tasks", nargs="+", default=None,
-                    help="task names (default per backend: hopper walker2d halfcheetah; brax: hopper; "
-                         "genesis: go2_walk)")  # fmt: skip
+                    help="task names (default per backend: hopper walker2d halfcheetah; classic: "
+                         "Pendulum-v1 CartPole-v1; brax: hopper; genesis: go2_walk)")  # fmt: skip
     ap.add_argument("--sizes", nargs="+", type=int, default=None,
                     help=f"batch sizes (default: {CPU_SIZES} on the CPU, {GPU_SIZES} on a GPU)")  # fmt: skip
     ap.add_argument("--device", default=None, help="torch device (default: each backend's own)")
