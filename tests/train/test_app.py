@@ -126,7 +126,7 @@ def test_resume_alone_continues_with_the_runs_own_settings(short_run, tmp_path):
 
 @pytest.mark.parametrize("override, message", [
     ("env=hoppper", "unknown task 'hoppper' for any installed backend. Did you mean hopper"),
-    ("env.backend=bullet", "unknown backend 'bullet'; choose one of ['auto', 'gymnasium', 'mujoco', 'brax'"),
+    ("env.backend=bullet", "unknown backend 'bullet'; choose one of ['auto', 'gymnasium', 'mujoco', "),
     ("gp.max_len=long", "Value 'long' of type 'str' could not be converted to Integer"),
     ("gp.population_size=-3", "gp.population_size must be a positive number"),
     ("gp.islands=7", "must be a multiple of gp.islands (7)"),
