@@ -52,6 +52,11 @@ def _the_runs_own_overrides() -> None:
     sys.argv[1:] = [*args[:first], *own, *args[first:]]
 
 
+def _rank() -> str:
+    """The one-line errors' tag under torchrun (" (rank K)"); empty in a single process."""
+    return f" (rank {os.environ['RANK']})" if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 else ""
+
+
 def _a_run_directory_this_run_can_own() -> None:
     """One line and exit, before Hydra writes its files: a run directory on a read-only disk, or one that a
     live run holds (``hydra.run.dir=`` or ``resume=``; the run takes the lock itself once it starts,
@@ -62,18 +67,17 @@ def _a_run_directory_this_run_can_own() -> None:
     from gprl.train.rundir import holder
 
     given = {_key(a): a.split("=", 1)[1] for a in args if _is_override(a)}
-    rank = f" (rank {os.environ['RANK']})" if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 else ""
     run_dir = given.get("hydra.run.dir") or "outputs"  # Hydra's default: outputs/<date>/<time>
     folder = os.path.abspath(run_dir)
     while not os.path.exists(folder):
         folder = os.path.dirname(folder)
     if not os.access(folder, os.W_OK):
-        raise SystemExit(f"error{rank}: cannot write the run directory {run_dir}: {folder} is read-only (or "
-                         "not writable for this user); pass hydra.run.dir=<a writable folder>")
+        raise SystemExit(f"error{_rank()}: cannot write the run directory {run_dir}: {folder} is read-only "
+                         "(or not writable for this user); pass hydra.run.dir=<a writable folder>")
     for key in ("hydra.run.dir", "resume"):
         busy = holder(given[key]) if given.get(key) else None
         if busy is not None:
-            raise SystemExit(f"error{rank}: {busy}")
+            raise SystemExit(f"error{_rank()}: {busy}")
 
 
 def _no_output_for_other_ranks() -> None:
@@ -104,8 +108,7 @@ def main(cfg: DictConfig) -> None:
         # (HYDRA_FULL_ERROR=1 still shows it)
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        rank = f" (rank {os.environ['RANK']})" if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 else ""
-        raise SystemExit(f"error{rank}: {err}") from None
+        raise SystemExit(f"error{_rank()}: {err}") from None
 
 
 if __name__ == "__main__":
