@@ -22,7 +22,9 @@ Seeding follows Gymnasium's vector convention on every backend but Genesis: ``re
 ``i`` from the seed ``seed + i``. So environments ``[a, b)`` of a batch are reproduced exactly by a batch of
 ``b - a`` environments reset with ``seed + a``: how a distributed run (:mod:`gprl.train.distributed`) gives
 each process a shard of the batch without changing any episode. (Genesis draws the batch's noise from one
-generator.)
+generator.) ``reset(seed, starts=k)`` starts environment ``i`` from ``seed + i % k`` instead: ``k`` initial
+states repeated along the batch, so that individual ``p`` of a batch laid out as ``p * k + e`` meets the same
+``k`` starts as every other (common random numbers; not on Genesis).
 
 The tensors a step returns are the caller's: a later step never rewrites them.
 
@@ -145,17 +147,22 @@ class VecEnv(abc.ABC):
         """Steps taken since the last reset (the same for every environment of the batch)."""
         return self._t
 
-    def reset(self, seed: int | None = None) -> torch.Tensor:
+    def reset(self, seed: int | None = None, starts: int | None = None) -> torch.Tensor:
         """Start new episodes in every environment; returns the first observations [N, obs_dim].
 
         ``seed`` makes the initial states reproducible; ``None`` uses ``make(seed=...)`` on the first reset
-        and continues the random stream afterwards (new, different episodes).
+        and continues the random stream afterwards (new, different episodes). ``starts=k`` (with a seed):
+        environment ``i`` starts from ``seed + i % k`` (the module docstring's common starts).
         """
         if seed is not None and not isinstance(seed, int):
             raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+        if starts is not None and (isinstance(starts, bool) or not isinstance(starts, int) or starts < 1
+                                   or seed is None):
+            raise ValueError(f"starts must be a positive int given with a seed (environment i starts from "
+                             f"seed + i % starts), got starts={starts!r}, seed={seed!r}")
         if seed is None:
             seed, self._next_seed = self._next_seed, None
-        obs = self._reset(seed)
+        obs = self._reset(seed, starts)
         self._begin_episodes()
         return obs
 
@@ -257,9 +264,14 @@ class VecEnv(abc.ABC):
             )
 
     # ------------------------------------------------------------------ backend hooks
+    def env_seeds(self, seed: int, starts: int | None = None) -> list[int]:
+        """Each environment's seed for ``reset(seed, starts)``: ``seed + i``, or ``seed + i % starts``."""
+        return [seed + (i % starts if starts else i) for i in range(self.num_envs)]
+
     @abc.abstractmethod
-    def _reset(self, seed: int | None) -> torch.Tensor:
-        """Reset all environments (``seed`` None: continue the random stream); return obs [N, obs_dim]."""
+    def _reset(self, seed: int | None, starts: int | None = None) -> torch.Tensor:
+        """Reset all environments (``seed`` None: continue the random stream; ``starts``: see :meth:`reset`);
+        return obs [N, obs_dim]."""
 
     @abc.abstractmethod
     def _step(

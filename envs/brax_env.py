@@ -612,15 +612,15 @@ class BraxEnv(VecEnv):
         s, stream = self._state, self._torch_stream()
         return self.to_torch(s.obs, stream), self.to_torch(s.reward, stream), self.to_torch(s.done, stream)
 
-    def _reset(self, seed: int | None) -> torch.Tensor:
+    def _reset(self, seed: int | None, starts: int | None = None) -> torch.Tensor:
         jax = self._jax
         with jax.default_device(self.jax_device):
             if seed is not None or self._keys is None:
                 # environment i from its own key PRNGKey(seed + i) (the protocol's seed + i rule): a batch of
                 # environments [a, b) of a larger batch, reset with seed + a, starts exactly as they would
                 # there
-                base = self.seed if seed is None else seed
-                seeds = (np.arange(self.num_envs, dtype=np.int64) + base) % 2**32
+                seeds = np.array(self.env_seeds(self.seed if seed is None else seed, starts), np.int64)
+                seeds %= 2**32
                 # committed to the device, as the step's outputs are (they come from committed DLPack
                 # imports): a state of other placement would compile every jitted step a second time
                 self._keys = self._keys_fn(jax.device_put(seeds.astype(np.uint32), self.jax_device))

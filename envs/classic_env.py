@@ -384,11 +384,11 @@ class ClassicEnv(VecEnv):
     def _tensor(self, x: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(x).to(self.device)
 
-    def _reset(self, seed: int | None) -> torch.Tensor:
+    def _reset(self, seed: int | None, starts: int | None = None) -> torch.Tensor:
         if seed is not None:
             from gymnasium.utils.seeding import np_random
 
-            self._rngs = [np_random(seed + i)[0] for i in range(self.num_envs)]
+            self._rngs = [np_random(s)[0] for s in self.env_seeds(seed, starts)]
         return self._tensor(self.task.start(np.stack([self.task.draw(rng) for rng in self._rngs])))
 
     def _step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:

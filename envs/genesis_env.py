@@ -589,7 +589,10 @@ class GenesisEnv(VecEnv):
         obs, reward, flags = buf[:a].view(torch.float32), buf[a:b].view(torch.float32), buf.view(torch.bool)
         return obs.view(self.num_envs, self.obs_dim), reward, flags[b:c], flags[c:]
 
-    def _reset(self, seed: int | None) -> torch.Tensor:
+    def _reset(self, seed: int | None, starts: int | None = None) -> torch.Tensor:
+        if starts is not None:
+            raise ValueError("env.backend=genesis draws the batch's initial states from one generator: "
+                             "it has no common starts (reset(seed, starts=...))")
         if seed is not None:
             self._gen.manual_seed(seed)
         if self.cuda_graphs:  # once; the reset below re-initialises what the capture's warm-up runs wrote

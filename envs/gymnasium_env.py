@@ -239,8 +239,8 @@ class GymnasiumEnv(VecEnv):
     def _obs(self, obs: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(np.asarray(obs).reshape(self.num_envs, -1)).to(self.device, torch.float32)
 
-    def _reset(self, seed: int | None) -> torch.Tensor:
-        obs, _ = self.vec.reset(seed=seed)
+    def _reset(self, seed: int | None, starts: int | None = None) -> torch.Tensor:
+        obs, _ = self.vec.reset(seed=self.env_seeds(seed, starts) if starts else seed)
         return self._obs(obs)
 
     def _step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -220,10 +220,9 @@ class MujocoEnv(VecEnv):
         self.sim.set_state(qpos, qvel)
         return self._tensor(self.task.obs(self._state(at_reset=True)))
 
-    def _reset(self, seed: int | None) -> torch.Tensor:
+    def _reset(self, seed: int | None, starts: int | None = None) -> torch.Tensor:
         if seed is not None or not self._rngs:
-            base = self.seed if seed is None else seed
-            self._rngs = [_np_random(base + i) for i in range(self.num_envs)]
+            self._rngs = [_np_random(s) for s in self.env_seeds(self.seed if seed is None else seed, starts)]
         states = [self.task.reset_state(rng, self._qpos0, self._qvel0) for rng in self._rngs]
         return self._set_state(np.stack([q for q, _ in states]), np.stack([v for _, v in states]))
 

@@ -36,6 +36,7 @@ def rollout(
     max_steps: int | None = None,
     check_every: int = 32,
     seed: int | None = None,
+    common_starts: bool = False,
 ) -> RolloutResult:
     """Run ``episodes`` episodes per individual of a batched ``policy`` and return per-individual returns.
 
@@ -48,6 +49,8 @@ def rollout(
         max_steps: T, at most this many steps (default ``env.episode_length``).
         check_every: look at the done flags on the host every this many steps (at least 1).
         seed: passed to ``env.reset`` (None: the environment's next seed).
+        common_starts: every individual's episode ``e`` starts from ``seed + e`` (``env.reset(seed,
+            starts=episodes)``: common random numbers), instead of environment ``i`` from ``seed + i``.
     """
     p, e = int(num_individuals), int(episodes)
     if p < 1 or e < 1:
@@ -64,7 +67,7 @@ def rollout(
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
     out_dim = env.num_actions if env.discrete else env.act_dim
 
-    obs = env.reset(seed)
+    obs = env.reset(seed, starts=e) if common_starts else env.reset(seed)
     dev = env.device
     returns = torch.zeros(p * e, dtype=torch.float64, device=dev)
     lengths = torch.zeros(p * e, dtype=torch.int64, device=dev)

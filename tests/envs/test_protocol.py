@@ -107,6 +107,32 @@ def test_a_shard_of_the_batch_replays_its_environments(backend: str) -> None:
     assert torch.equal(a[2:], b) and torch.equal(ra[2:], rb)
 
 
+@pytest.mark.parametrize("name,backend", [("hopper", "mujoco"), ("hopper", "gymnasium"),
+                                          ("Pendulum-v1", "classic")])
+def test_common_starts_repeat_the_first_starts_along_the_batch(name: str, backend: str) -> None:
+    """reset(seed, starts=k) starts environment i as reset(seed) starts environment i % k (common random
+    numbers for a batch laid out p * k + e), and its episodes go on as those would."""
+    common = genvs.make(name, backend=backend, num_envs=6)
+    own = genvs.make(name, backend=backend, num_envs=6)
+    a, b = common.reset(seed=5, starts=3), own.reset(seed=5)
+    assert torch.equal(a, b[[0, 1, 2, 0, 1, 2]]) and not torch.equal(a, b)
+    action = torch.linspace(-1, 1, 6 * common.act_dim).reshape(6, common.act_dim)
+    action[3:] = action[:3]  # the repeated starts take the same actions: the same episodes
+    for _ in range(5):
+        a, ra, *_ = common.step(action)
+    assert torch.equal(a[:3], a[3:]) and torch.equal(ra[:3], ra[3:])
+    with pytest.raises(ValueError, match="starts must be a positive int given with a seed"):
+        common.reset(starts=3)
+
+
+def test_rollout_with_common_starts_plays_every_individual_on_the_same_starts() -> None:
+    env = genvs.make("Pendulum-v1", backend="classic", num_envs=6)
+    res = genvs.rollout(env, lambda o: torch.zeros(*o.shape[:-1], 1), 3, 2, max_steps=20, seed=9,
+                        common_starts=True)
+    assert torch.equal(res.returns[0], res.returns[1]) and torch.equal(res.returns[0], res.returns[2])
+    assert res.returns[0, 0] != res.returns[0, 1]
+
+
 def test_mujoco_and_gymnasium_backends_agree() -> None:
     """The same seed gives the same initial states on both backends (Gymnasium's per-environment seeding)."""
     a = genvs.make("halfcheetah", backend="mujoco", num_envs=3).reset(seed=9)
