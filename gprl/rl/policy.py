@@ -177,8 +177,9 @@ class PolicyEvaluation:
 def evaluate_policies(population: Population, env: VecEnv, action_map: ActionMap, mean: torch.Tensor,
                       std: torch.Tensor, episodes: int = 1, max_steps: int | None = None,
                       seed: int | None = None, stats: ObsNormalizer | None = None,
-                      collect_stats: bool = False) -> PolicyEvaluation:
-    """One batched rollout of ``len(population) * episodes`` environments.
+                      collect_stats: bool = False, common_starts: bool = False) -> PolicyEvaluation:
+    """One batched rollout of ``len(population) * episodes`` environments (``common_starts``: every individual
+    on the same ``episodes`` starts, see :func:`gprl.envs.rollout`).
 
     ``mean``/``std`` are ``[obs_dim]`` (shared) or ``[P, obs_dim]`` (per individual). With ``collect_stats``
     the observations of live episodes are summed per environment (``obs_stats``); ``stats`` also merges them
@@ -204,7 +205,7 @@ def evaluate_policies(population: Population, env: VecEnv, action_map: ActionMap
         # no finiteness scan of the observations: it would wait for the GPU at every step
         return action_map(population.forward((obs - mean) / std, check_finite=False))
 
-    res = rollout(env, policy, P, episodes, max_steps=max_steps, seed=seed)
+    res = rollout(env, policy, P, episodes, max_steps=max_steps, seed=seed, common_starts=common_starts)
     if stats is not None:
         stats.merge_envs(*acc)
     return PolicyEvaluation(res.mean_return, res.returns, res.mean_length, res.lengths.sum(), res.steps,

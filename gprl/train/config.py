@@ -42,8 +42,9 @@ class EnvSchema:
     racing: Any = None
     """``{horizon, finalists, episodes}``: every tree plays the first ``horizon`` share of the episode, the
     best ``finalists`` share whole ones; ``{horizon: 1}``: off; null: the backend's default."""
-    episodes: int = 1
-    """Episodes per tree per generation."""
+    episodes: int | None = None
+    """Episodes per tree per generation, every tree on the same starts (not on Genesis); null: as many as
+    keep a generation's full-length episodes within 2^18 steps (a power of two, at most 8)."""
     reward_shift: float | None = None
     """Subtracted from every live step's reward in training only (1 takes out a survival bonus of 1 a step,
     -1 doubles it); null: the backend's default, else 0."""

@@ -30,7 +30,7 @@ def banner(cfg: dict[str, Any], device: str, run_dir: str, resumed_at: int | Non
         from gprl.train.tasks.policy import episode_schedule, racing_shares
 
         env = cfg["env"]
-        n, final = env.get("episodes", 1), env["episode_length"]
+        n, final = env.get("episodes") or 1, env["episode_length"]
         start, ramp = episode_schedule(env.get("episode_schedule"), final)
         length = (f"episode length {start} -> {final} steps over {ramp} generations"
                   if ramp > 0 and start < final else f"episode length {final}")

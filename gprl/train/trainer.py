@@ -81,7 +81,7 @@ def uses_env(cfg: dict[str, Any]) -> bool:
 
 
 # settings of policies whose environment sets none (configs/gp/default.yaml leaves them null)
-POLICY_GP_DEFAULTS = {"max_len": 64, "max_depth": 8, "tournament_size": 5,
+POLICY_GP_DEFAULTS = {"max_len": 64, "max_depth": 8, "tournament_size": 5, "init_every_output": True,
                       "functions": ["add", "sub", "mul", "div", "tanh", "max", "min", "gt"],
                       "const_range": [-1.0, 1.0]}
 POLICY_ENV_DEFAULTS = {"normalize_obs": True}
@@ -283,8 +283,9 @@ class Run:
         self.set_threads()
         with self.dist.agree("setting up the task"):
             self.task = make_task(self.cfg, self.dist)
-        if uses_env(self.cfg):  # null: the environment's own limit, recorded with the run
+        if uses_env(self.cfg):  # null: the environment's own limit and starts per tree, recorded with the run
             self.cfg["env"]["episode_length"] = self.task.final_length
+            self.cfg["env"]["episodes"] = self.task.episodes
         self.write_run_directory()
         self.make_search()
         wcfg = self.cfg.get("wandb") or {}

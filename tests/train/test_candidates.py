@@ -1,4 +1,5 @@
-"""task.final_candidates: the last generation's best trees are validated beside the hall of fame."""
+"""The last generation's best trees (task.final_candidates) and its front of length against score are
+validated beside the hall of fame."""
 
 import pytest
 import torch
@@ -7,7 +8,7 @@ import gprl
 from gprl import envs
 from gprl.rl.policy import evaluate_policies
 from gprl.train.checkpoint import population_from_state, population_state
-from gprl.train.tasks.policy import PolicyTask
+from gprl.train.tasks.policy import PolicyTask, length_front
 
 pytest.importorskip("mujoco")
 
@@ -45,11 +46,18 @@ def test_the_last_generations_best_join_the_hall_of_fame_and_are_validated_alike
         cands = task.candidates()
         hof = [c for c in cands if c["source"] == "hall_of_fame"]
         last = [c for c in cands if c["source"] == "last_generation"]
-        assert len(hof) == 2 and 1 <= len(last) <= 5 and all(c["generation"] == 2 for c in last)
-        # the last generation's five best by fitness, less any tree the hall of fame already holds
+        assert len(hof) == 2 and all(c["generation"] == 2 for c in last)
+        # the last generation's five best by fitness, then its front of length against fitness, less any
+        # tree the hall of fame (or the list) already holds
         top = torch.topk(fitness, 5).indices.tolist()
+        top += [j for j in length_front(pop.lengths(), fitness).tolist() if j not in top]
         held = {key(h["tree"]) for h in hof if torch.equal(h["mean"], last[0]["mean"])}
-        want = [j for j in top if key(population_state(pop[j:j + 1])) not in held]
+        want = []
+        for j in top:
+            k = key(population_state(pop[j:j + 1]))
+            if k not in held:
+                held.add(k)
+                want.append(j)
         assert [c["fitness"] for c in last] == pytest.approx([float(fitness[j]) for j in want])
 
         best, rows = task.validate(cands)
@@ -99,11 +107,22 @@ def test_a_second_validation_round_on_fresh_starts_decides_among_the_first_round
         off.close()
 
 
-def test_off_by_default_kept_through_a_checkpoint_and_checked():
+def test_length_front_keeps_the_trees_no_shorter_tree_matches():
+    lengths = torch.tensor([5, 3, 3, 9, 1, 7, 4])
+    score = torch.tensor([2.0, 1.0, 1.5, 0.0, -3.0, 5.0, float("nan")])
+    assert length_front(lengths, score).tolist() == [4, 2, 0, 5]  # 1 loses to 2 (as long), 6 is NaN
+    assert length_front(lengths, score, most=2).tolist() == [0, 5]  # the two highest, shortest first
+
+
+def test_the_front_alone_by_default_kept_through_a_checkpoint_and_checked():
     plain = make_task(0)
     try:
-        plain.evaluate(gprl.Population.random(P, plain.n_in, plain.n_out, max_len=32, seed=1), 0)
-        assert plain.last is None and [c["source"] for c in plain.candidates()] == ["hall_of_fame"]
+        pop = gprl.Population.random(P, plain.n_in, plain.n_out, max_len=32, seed=1)
+        fitness, _ = plain.evaluate(pop, 0)
+        last = [c for c in plain.candidates() if c["source"] == "last_generation"]
+        front = length_front(pop.lengths(), fitness)
+        assert 1 <= len(last) <= len(front)
+        assert {round(c["fitness"], 3) for c in last} <= {round(float(fitness[j]), 3) for j in front}
     finally:
         plain.close()
     a, b = make_task(3), make_task(3)

@@ -26,7 +26,8 @@ def play(task: PolicyTask, pop, num_envs: int, episodes: int, steps: int, seed: 
                     nthread=1)
     try:
         zeros, ones = torch.zeros(task.n_in), torch.ones(task.n_in)
-        return evaluate_policies(pop, env, task.action_map, zeros, ones, episodes, steps, seed=seed).returns
+        return evaluate_policies(pop, env, task.action_map, zeros, ones, episodes, steps, seed=seed,
+                                 common_starts=True).returns
     finally:
         env.close()
 

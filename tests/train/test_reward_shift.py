@@ -27,7 +27,8 @@ def play(task: PolicyTask, pop, steps: int, seed: int) -> tuple[torch.Tensor, to
     env = envs.make("hopper", backend="mujoco", num_envs=len(pop), seed=0, episode_length=LENGTH, nthread=1)
     try:
         zeros, ones = torch.zeros(task.n_in), torch.ones(task.n_in)
-        ev = evaluate_policies(pop, env, task.action_map, zeros, ones, 1, steps, seed=seed)
+        ev = evaluate_policies(pop, env, task.action_map, zeros, ones, 1, steps, seed=seed,
+                               common_starts=True)
         return ev.returns, ev.lengths
     finally:
         env.close()

@@ -23,7 +23,8 @@ def play(task: PolicyTask, pop, episodes: int, seed: int, mean=None, std=None, *
     try:
         mean = torch.zeros(task.n_in) if mean is None else mean
         std = torch.ones(task.n_in) if std is None else std
-        return evaluate_policies(pop, env, task.action_map, mean, std, episodes, LENGTH, seed=seed).returns
+        return evaluate_policies(pop, env, task.action_map, mean, std, episodes, LENGTH, seed=seed,
+                                 common_starts=True).returns
     finally:
         env.close()
 

@@ -37,6 +37,9 @@ SIMPLIFY_TOLERANCES = (0.005, 0.01, 0.02, 0.04, 0.08)
 SIMPLIFY_EPISODES = 16  # episodes whose observations the simplification compares actions on
 SIMPLIFY_ROWS = 2048  # of their observations, drawn at random
 SIMPLIFY_SECONDS = 30.0  # per tolerance: the tree reached by then is the candidate
+STARTS_STEPS = 2**18  # env.episodes null: starts per tree up to a generation of this many steps
+MAX_STARTS = 8
+FRONT_SIZE = 16  # of the last generation's front of length against score, the best this many are validated
 
 
 def racing_shares(racing: dict[str, Any] | None) -> tuple[float, float, int | None]:
@@ -81,10 +84,38 @@ def episode_length_at(generation: int, start: int, final: int, ramp_generations:
     return min(final, int(start + (final - start) * generation / ramp_generations))
 
 
+def starts_per_tree(pop_size: int, episode_length: int) -> int:
+    """``env.episodes`` null: as many starts per tree (a power of two, at most :data:`MAX_STARTS`) as keep a
+    generation's full-length episodes within :data:`STARTS_STEPS` environment steps. Short, cheap episodes
+    (Pendulum, Reacher) get several, whose mean ranks a tree by how it does from any start; long ones one,
+    which buys generations."""
+    fit = STARTS_STEPS // (pop_size * episode_length)
+    return min(MAX_STARTS, 1 << max(0, fit.bit_length() - 1))
+
+
+def length_front(lengths: torch.Tensor, score: torch.Tensor, most: int = FRONT_SIZE) -> torch.Tensor:
+    """Indices of the trees that score higher than every shorter tree (ties: the first), shortest first; of
+    a longer front the ``most`` highest scorers."""
+    score = torch.nan_to_num(score.double(), nan=-math.inf)
+    order = torch.argsort(-score, stable=True)  # then by length: the best of each length first
+    order = order[torch.argsort(lengths[order], stable=True)]
+    score = score[order]
+    best_before = torch.cat([score.new_full((1,), -math.inf), score.cummax(0).values[:-1]])
+    front = torch.nonzero(score > best_before).flatten()
+    front = front[torch.topk(score[front], min(most, len(front))).indices.sort().values]
+    return order[front]
+
+
 class PolicyTask(Task):
     """Control policies: fitness is the mean return of ``episodes`` episodes per individual (one batched
     rollout of P·E environments); observations are normalised (frozen per generation) and outputs mapped to
     actions (:mod:`gprl.rl.policy`).
+
+    Every individual of a generation plays the same ``episodes`` starts (common random numbers: episode ``e``
+    of every tree starts from ``seed_g + e``, new seeds each generation; on Genesis, whose batch draws its
+    starts from one generator, each environment its own). Where a return depends on the start (Pendulum's
+    angle, Reacher's target) trees on starts of their own are ranked by their luck: a tree that swung up
+    from an easy start would beat a better one, and selection would keep it.
 
     Racing (``env.racing: {horizon, finalists, episodes}``) scores everyone on the first ``horizon`` share of
     the episode and plays only the best ``finalists`` share of the population whole episodes (``episodes``
@@ -100,15 +131,17 @@ class PolicyTask(Task):
     costs more against speed); returns reported, validated and exported are the environment's own.
 
     A hall of fame keeps the best tree of each generation with the normaliser it was scored under; at the end
-    its trees and the last generation's best ``final_candidates`` (single training episodes reward lucky
-    starts: the most robust of a good generation is often not its best) are validated on fresh episodes of
-    full length (with ``validation_keep``, the best share again on other fresh starts), and the best mean
+    its trees, the last generation's best ``final_candidates`` (the most robust of a good generation is often
+    not its best) and that generation's front of length against score (:func:`length_front`: trees that beat
+    every shorter one on the same starts) are validated on fresh episodes of full length (with
+    ``validation_keep``, the best share again on other fresh starts), and the best mean
     return is exported. With ``task.refine`` (:mod:`gprl.rl.refine`) the validated best also gets a linear
     feedback term, or its numbers, tuned by random search in the last ``share`` of the time limit, and joins
     the candidates.
 
     Distributed (``dist``): a rank steps only the environments of its shard of individuals (environment
-    ``p * E + e`` of the whole batch resets from ``seed + p * E + e`` wherever it runs); returns and the
+    ``p * E + e`` of the whole batch resets from ``seed + e``, or on Genesis ``seed + p * E + e``, wherever it
+    runs); returns and the
     per-environment observation sums are gathered in global order, so every rank holds the same returns,
     normaliser and hall of fame as a single process.
     """
@@ -121,9 +154,12 @@ class PolicyTask(Task):
         name = env_cfg["name"]
         self.draws = draws or Draws()  # each draw of gp.draws plays its own episode schedule
         backend = env_cfg.get("backend", "auto")
-        self.episodes = int(env_cfg.get("episodes", 1))
-        if self.episodes < 1:
-            raise ValueError(f"env.episodes must be >= 1 (episodes per individual), got {self.episodes}")
+        episodes = env_cfg.get("episodes")
+        if episodes is not None and (isinstance(episodes, bool) or not isinstance(episodes, int)
+                                     or episodes < 1):
+            raise ValueError(f"env.episodes must be a positive integer (episodes per individual) or null (as "
+                             f"many as fit, starts_per_tree), got {episodes!r}")
+        self.episodes = episodes or 1
         self.dist = dist or Dist()
         if self.dist.enabled and backend == "genesis":
             raise ValueError("env.backend=genesis cannot be split across processes (it draws the reset noise "
@@ -133,7 +169,6 @@ class PolicyTask(Task):
             raise ValueError(f"env.reward_shift must be a finite number (subtracted from every step's reward "
                              f"in training), got {self.reward_shift}")
         self.horizon, self.finalists, final_episodes = racing_shares(env_cfg.get("racing"))
-        self.final_episodes = int(final_episodes or self.episodes)
         self.n_finalists = max(1, math.ceil(self.finalists * pop_size))
         self.racing = self.horizon < 1 and self.finalists < 1
         if self.racing:
@@ -141,14 +176,26 @@ class PolicyTask(Task):
                                       "finalist")
         self.final_env = None  # racing: the finalists' environments, made on first use
         self.shard = self.dist.bounds(pop_size)  # the individuals this rank evaluates
-        self.total_envs = pop_size * self.episodes
         kwargs = dict(env_cfg.get("kwargs") or {})
         # e.g. {reset_noise_scale: ...}: the search sees wider initial states, validation the env's own
         self.train_kwargs = {**kwargs, **(env_cfg.get("train_kwargs") or {})}
-        self.env = envs.make(name, backend=backend, num_envs=(self.shard[1] - self.shard[0]) * self.episodes,
+
+        def make_env() -> envs.VecEnv:
+            return envs.make(name, backend=backend, num_envs=(self.shard[1] - self.shard[0]) * self.episodes,
                              device=device, seed=int(seed), episode_length=env_cfg.get("episode_length"),
                              **self.train_kwargs)
+
+        self.env = make_env()
+        if episodes is None and starts_per_tree(pop_size, self.env.episode_length) > 1:
+            self.episodes = starts_per_tree(pop_size, self.env.episode_length)
+            self.env.close()
+            self.env = make_env()
+        self.final_episodes = int(final_episodes or self.episodes)
+        self.total_envs = pop_size * self.episodes
         self.name, self.backend, self.seed, self.pop_size = name, self.env.backend, int(seed), pop_size
+        # every tree of a generation on the same starts (common random numbers): a tree is ranked by how it
+        # plays, not by the luck of its start; Genesis draws a batch's starts from one generator
+        self.common = self.backend != "genesis"
         self.device = self.env.device
         self.final_length = int(self.env.episode_length)
         self.start_length, self.ramp = episode_schedule(env_cfg.get("episode_schedule"), self.final_length)
@@ -230,8 +277,8 @@ class PolicyTask(Task):
         (a, b), P, E, dist = self.shard, len(population), self.episodes, self.dist
         with dist.agree("evaluating the population"):
             ev = evaluate_policies(population[a:b], self.env, self.action_map, mean, std, E, short,
-                                   seed=self._seed(generation, 7) + a * E,
-                                   collect_stats=self.normalizer.enabled)
+                                   seed=self._seed(generation, 7) + (0 if self.common else a * E),
+                                   collect_stats=self.normalizer.enabled, common_starts=self.common)
         if ev.obs_stats is not None:
             self.normalizer.merge_envs(*(dist.gather(x, P, "gathering observation statistics", per=E)
                                          for x in ev.obs_stats))
@@ -247,11 +294,15 @@ class PolicyTask(Task):
         ranked = torch.nan_to_num(score[scored], nan=-math.inf)
         i = int(scored[torch.argmax(ranked)])
         self._remember(population[i], mean, std, float(score[i]), float(ret[i]), generation)
-        if self.final_candidates:
-            top = scored[torch.topk(ranked, min(self.final_candidates, len(scored))).indices]
-            self.last = {"tree": population_state(population[top.to(population.device)]), "mean": mean.cpu(),
-                         "std": std.cpu(), "fitness": score[top].tolist(), "return": ret[top].tolist(),
-                         "generation": generation}
+        # the last generation's best trees and its front of length against score (every tree on the same
+        # starts: a fair comparison), validated at the end, where the shortest near the best is exported
+        top = scored[torch.topk(ranked, min(self.final_candidates, len(scored))).indices]
+        front = scored[length_front(population.lengths()[scored.to(population.device)].cpu(), ranked.cpu())
+                       .to(scored.device)]
+        top = torch.cat([top, front[~torch.isin(front, top)]])
+        self.last = {"tree": population_state(population[top.to(population.device)]), "mean": mean.cpu(),
+                     "std": std.cpu(), "fitness": score[top].tolist(), "return": ret[top].tolist(),
+                     "generation": generation}
         fitness = score.float()
         if self.parsimony:
             fitness = fitness - self.parsimony * population.lengths().float()
@@ -275,7 +326,8 @@ class PolicyTask(Task):
         steps).
 
         Every rank holds the same gathered returns, hence the same finalists; a rank plays its contiguous
-        share of them (finalist ``k``'s episodes reset from ``seed + k * episodes + e`` wherever it runs)."""
+        share of them (every finalist's episode ``e`` resets from ``seed + e``, on Genesis finalist ``k``'s
+        from ``seed + k * episodes + e``, wherever it runs)."""
         K, E, dist = self.n_finalists, self.final_episodes, self.dist
         top = torch.topk(torch.nan_to_num(score, nan=-math.inf), K).indices
         a, b = dist.bounds(K)
@@ -286,8 +338,8 @@ class PolicyTask(Task):
         with dist.agree("racing the finalists"):
             mine = population[top[a:b].to(population.device)]
             ev = evaluate_policies(mine, self.final_env, self.action_map, mean, std, E, length,
-                                   seed=self._seed(generation, 11) + a * E,
-                                   collect_stats=self.normalizer.enabled)
+                                   seed=self._seed(generation, 11) + (0 if self.common else a * E),
+                                   collect_stats=self.normalizer.enabled, common_starts=self.common)
         if ev.obs_stats is not None:
             self.normalizer.merge_envs(*(dist.gather(x, K, "gathering the finalists' observations", per=E)
                                          for x in ev.obs_stats))
@@ -332,9 +384,9 @@ class PolicyTask(Task):
         """The hall of fame, then the last generation's best trees it does not hold (``final_candidates``)."""
         cands = [{**h, "source": "hall_of_fame"} for h in self.hof]
         last = self.last
-        if last and self.final_candidates:
+        if last:
             pop = population_from_state(last["tree"], "cpu")
-            for j in range(min(len(pop), self.final_candidates)):
+            for j in range(len(pop)):
                 state = population_state(pop[j:j + 1])
                 if not self._held(state, last["mean"], cands):
                     cands.append({"tree": state, "mean": last["mean"], "std": last["std"],
@@ -454,16 +506,19 @@ class PolicyTask(Task):
         first = self._seed(0x5EED, 2)
 
         def play(params: torch.Tensor, iteration: int) -> torch.Tensor:
-            seed = (first + 7919 * iteration) % (2**31 - 1 - n * per) + a  # environment k: seed + k
+            # environment k: seed + k, or with common starts every perturbation on the same E starts
+            seed = (first + 7919 * iteration) % (2**31 - 1 - n * per) + (0 if self.common else a)
             mine = params[a // E:b // E].to(self.device)  # this rank's samples, E environments each
             with dist.agree("refining the best tree"):
                 if constants:
                     trees, means, stds = with_numbers(tree, mine)
-                    ev = evaluate_policies(trees, env, self.action_map, means, stds, E, steps, seed=seed)
+                    ev = evaluate_policies(trees, env, self.action_map, means, stds, E, steps, seed=seed,
+                                           common_starts=self.common)
                     ret, lengths = ev.returns, ev.lengths  # means over the E episodes, [samples]
                 else:
                     policy = linear_policy(tree, mine, mean, std, self.action_map)
-                    res = envs.rollout(env, policy, len(mine), E, max_steps=steps, seed=seed)
+                    res = envs.rollout(env, policy, len(mine), E, max_steps=steps, seed=seed,
+                                       common_starts=self.common)
                     ret, lengths = res.mean_return, res.mean_length
             score = ret - shift * lengths if shift else ret
             return dist.gather(score, n, "gathering the refinement's returns", per=per // E)
