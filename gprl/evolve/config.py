@@ -45,7 +45,8 @@ class GPConfig:
     init_depth: tuple[int, int] = field(default=(2, 6), metadata=_schema(list[int]))
     """(min, max) depth of the initial trees."""
     init_every_output: bool = field(default=False, metadata=_schema(Optional[bool]))  # noqa: UP045
-    """Multi-output trees: every initial tree writes every output (``Population.random(every_output=)``)."""
+    """Multi-output trees: every initial tree writes every output (``Population.random(every_output=)``);
+    policies: null is true (an action the first trees leave constant is rarely taken up later)."""
     max_depth: int = field(default=17, metadata=_schema(Optional[int]))  # noqa: UP045
     """Deepest tree variation may make (<= 64; 0: no bound)."""
     selection: str = field(default="tournament", metadata=_schema(str))
