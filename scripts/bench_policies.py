@@ -50,7 +50,8 @@ runs that ``--resume`` continues, the time they ran counted.
 
 ``--merge FILE ...`` runs nothing: it gathers the records of earlier documents (also of the runs side by side
 in ``scripts/dev/gpu_policy_grid.sh``'s grid.json, and the peer runs of ``bench_evogp_policies.py``, drawn
-dashed) into one JSON document and PNG per backend in ``--out``.
+dashed) into one JSON document and PNG per backend in ``--out``; runs of one development suite (its seeds
+run side by side, say) get its targets and ``summary``.
 """
 
 from __future__ import annotations
@@ -403,12 +404,18 @@ def merge(paths: list[str], out: Path) -> dict[str, Any]:
                                                f"{(d['machine'].get('gpus') or ['CPU'])[0]}"}
                    for path, name, d in docs if d["backend"] == backend for r in d["records"]]
         tasks = list(dict.fromkeys(r["task"] for r in records))
+        # runs of one development suite (e.g. its seeds run side by side): its targets and summary too
+        suites = {d.get("suite") for _, _, d in docs if d["backend"] == backend}
+        suite = SUITES.get(next(iter(suites))) if len(suites) == 1 else None
+        targets = {t: suite[t][1] for t in tasks if t in suite} if suite else {}
         png = out / f"bench_policies_{backend}.png"
-        plot(records, tasks, backend, "seconds of evolution per run in the legend", png)
+        plot(records, tasks, backend, "seconds of evolution per run in the legend", png, targets)
         doc = {"benchmark": "policies", "backend": backend, "merged_from": paths, "tasks": tasks,
                "evogp_table_viii": {"returns": EVOGP_TABLE_VIII, "population_size": 5000,
                                     "pipeline": "brax generalized", "episode_length": 1000},
                "records": records, "figure": str(png)}
+        if suite:
+            doc.update(suite=next(iter(suites)), targets=targets, summary=suite_summary(records, targets))
         (out / f"bench_policies_{backend}.json").write_text(json.dumps(doc, indent=1))
         merged[backend] = doc
     return {"records": [r for d in merged.values() for r in d["records"]], "merged": list(merged)}

@@ -198,5 +198,15 @@ def test_the_development_suite_reports_mean_and_worst_seed_against_its_targets(t
     sizes = sorted(n for r in doc["records"] for n in r["nodes"].values())
     assert doc["summary"]["median_nodes_per_action"] == sizes[len(sizes) // 2]
     assert (out / "bench_policies_auto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the seeds run side by side, one document each, merged: the suite's summary again
+    parts = []
+    for k, rec in enumerate(doc["records"]):
+        parts.append(tmp_path / f"seed{k}.json")
+        parts[-1].write_text(json.dumps({**doc, "records": [rec]}))
+    merged = bench.main(["--out", str(tmp_path / "merged"), "--merge", *map(str, parts)])
+    capsys.readouterr()
+    again = json.loads((tmp_path / "merged" / "bench_policies_auto.json").read_text())
+    assert len(merged["records"]) == 2 and again["targets"] == doc["targets"]
+    assert again["summary"] == doc["summary"]
     with pytest.raises(SystemExit):  # a task outside the suite
         bench.main(["--out", str(tmp_path / "x"), "--suite", "dev", "--tasks", "Humanoid-v5"])

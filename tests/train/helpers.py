@@ -16,7 +16,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["env=hopper", "gp.population_size=12", "gp.elitism=2", "env.episode_length=60",
         "env.episode_schedule={start: 30, ramp_generations: 2}", "task.validation_episodes=3",
-        "task.hall_of_fame=3"]
+        "task.hall_of_fame=3", "env.episodes=1", "task.refine=false"]  # one start a tree, no refinement: fast
 
 
 def run_train(tmp_path: Path, run: str, *overrides: str, check: bool = True, wait: bool = True):
