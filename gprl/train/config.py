@@ -111,7 +111,7 @@ class TaskSchema:
     """policy: ``{share, pairs, top, sigma, step, keep, iterations, target, episodes, prune, horizon}``: a
     linear feedback term on the validated best tree (``target: feedback``) or its constants and observation
     scaling (``target: constants``), tuned by random search in the last ``share`` of ``gp.time_limit``;
-    false: off; null: the backend's default; a mapping is laid over the backend's."""
+    false: off; null: the backend's default; a mapping is laid over the backend's (of the same target)."""
     simplify: Any = None
     """policy: a share s: the exported tree also simplified by evaluation and the shortest candidate within
     the share s of the best validated return exported; false: off; null: the backend's default, else 0.02."""

@@ -87,6 +87,12 @@ POLICY_GP_DEFAULTS = {"max_len": 64, "max_depth": 8, "tournament_size": 5, "init
 POLICY_ENV_DEFAULTS = {"normalize_obs": True}
 
 
+def same_target(mine: dict[str, Any], default: dict[str, Any]) -> bool:
+    """Whether a mapping may be laid over a default one: a refinement of the tree's constants does not take a
+    feedback refinement's settings (prune, keep)."""
+    return mine.get("target", "feedback") == default.get("target", "feedback")
+
+
 def apply_backend_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
     """Fill ``null`` entries of ``gp``/``env``/``task`` from ``env.per_backend[<resolved backend>]`` (a
     mapping given where the default is one is laid over it: ``task.refine={pairs: 32}`` keeps the default
@@ -111,7 +117,7 @@ def apply_backend_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
                 mine = cfg[section].get(key)
                 if mine is None:
                     cfg[section][key] = value
-                elif isinstance(mine, dict) and isinstance(value, dict):
+                elif isinstance(mine, dict) and isinstance(value, dict) and same_target(mine, value):
                     cfg[section][key] = {**value, **mine}
     for section, fallback in (("gp", POLICY_GP_DEFAULTS), ("env", POLICY_ENV_DEFAULTS)):
         for key, value in fallback.items():

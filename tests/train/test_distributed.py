@@ -150,7 +150,7 @@ def test_refinement_over_two_processes_gives_the_one_process_result(tmp_path, re
     run_train(tmp_path, "one", *refine)
     torchrun(tmp_path, "two", 2, *refine)
     one, two = (json.loads((tmp_path / d / "policy.json").read_text()) for d in ("one", "two"))
-    assert one["meta"]["candidates"][-1]["source"] == "refined"
+    assert "refined" in [c["source"] for c in one["meta"]["candidates"]]
     assert one == two
 
 

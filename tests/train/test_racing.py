@@ -15,7 +15,8 @@ P, LENGTH = 12, 40
 
 
 def make_task(racing, **kw) -> PolicyTask:
-    cfg = {"name": "halfcheetah", "backend": "mujoco", "episode_length": LENGTH, "racing": racing,
+    cfg = {"name": "halfcheetah", "backend": "mujoco", "episodes": 1, "episode_length": LENGTH,
+           "racing": racing,
            "kwargs": {"nthread": 1}}
     return PolicyTask(cfg, pop_size=P, seed=3, device="cpu", validation_episodes=2, **kw)
 

@@ -342,7 +342,7 @@ def test_a_search_ended_by_its_generations_refines_for_its_share_of_that_time(tm
     # share 0.5: as long as the evolution (its last generation's clock, plus the last variation), not 300 s
     assert summary["refine_s"] < rows[-1]["elapsed_s"] + 3
     record = json.loads((tmp_path / "run" / "policy.json").read_text())
-    assert record["meta"]["candidates"][-1]["source"] == "refined"
+    assert "refined" in [c["source"] for c in record["meta"]["candidates"]]
 
 
 def test_the_feedback_on_raw_observations_is_scaled_by_their_spread_under_the_best_tree(monkeypatch):
@@ -419,3 +419,19 @@ def test_a_horizon_past_the_episode_names_both():
     match = r"task.refine.horizon \(50\) must be at most env.episode_length \(40\)"
     with pytest.raises(ValueError, match=match):
         PolicyTask(cfg, pop_size=16, seed=3, device="cpu", refine={"iterations": 2, "horizon": 50})
+
+
+def test_a_constants_refinement_does_not_take_the_default_feedbacks_settings():
+    from gprl.train.trainer import apply_backend_defaults
+
+    def refine(mine):
+        cfg = {"env": {"name": "Pendulum-v1", "backend": "classic"}, "gp": {},
+               "task": {"name": "policy", "refine": mine,
+                        "per_backend": {"classic": {"task": {"refine": {"share": 0.25, "prune": 0.02}}}}}}
+        return apply_backend_defaults(cfg)["task"]["refine"]
+
+    assert refine(None) == {"share": 0.25, "prune": 0.02}
+    assert refine({"pairs": 32}) == {"share": 0.25, "prune": 0.02, "pairs": 32}  # laid over the default
+    constants = {"target": "constants", "share": 0.3}
+    assert refine(constants) == constants  # prune applies to feedback only: not taken
+    RefineSettings.from_config(refine(constants))

@@ -17,7 +17,8 @@ P, LENGTH, SHIFT = 16, 60, 1.0
 
 
 def make_task(shift, racing=None) -> PolicyTask:
-    cfg = {"name": "hopper", "backend": "mujoco", "episode_length": LENGTH, "reward_shift": shift,
+    cfg = {"name": "hopper", "backend": "mujoco", "episodes": 1, "episode_length": LENGTH,
+           "reward_shift": shift,
            "racing": racing, "kwargs": {"nthread": 1}}
     return PolicyTask(cfg, pop_size=P, seed=3, device="cpu", validation_episodes=2)
 

@@ -30,7 +30,8 @@ def play(task: PolicyTask, pop, episodes: int, seed: int, mean=None, std=None, *
 
 
 def test_training_plays_the_train_kwargs_and_validation_the_environments_own(tmp_path):
-    cfg = {"name": "hopper", "backend": "mujoco", "episode_length": LENGTH, "kwargs": {"nthread": 1},
+    cfg = {"name": "hopper", "backend": "mujoco", "episodes": 1, "episode_length": LENGTH,
+           "kwargs": {"nthread": 1},
            "train_kwargs": WIDE}
     task = PolicyTask(cfg, pop_size=P, seed=3, device="cpu", validation_episodes=3)
     try:
