@@ -88,6 +88,8 @@ class VecEnv(abc.ABC):
 
     #: backend name ("gymnasium", "mujoco", "brax", "genesis")
     backend: str = ""
+    #: whether ``reset(seed, starts=k)`` can repeat starts along the batch (each environment seeded alone)
+    common_starts: bool = True
 
     def __init__(
         self,
@@ -160,6 +162,9 @@ class VecEnv(abc.ABC):
                                    or seed is None):
             raise ValueError(f"starts must be a positive int given with a seed (environment i starts from "
                              f"seed + i % starts), got starts={starts!r}, seed={seed!r}")
+        if starts is not None and not self.common_starts:
+            raise ValueError(f"env.backend={self.backend} draws the batch's initial states from one "
+                             "generator: it has no common starts (reset(seed, starts=...))")
         if seed is None:
             seed, self._next_seed = self._next_seed, None
         obs = self._reset(seed, starts)

@@ -616,9 +616,9 @@ class BraxEnv(VecEnv):
         jax = self._jax
         with jax.default_device(self.jax_device):
             if seed is not None or self._keys is None:
-                # environment i from its own key PRNGKey(seed + i) (the protocol's seed + i rule): a batch of
-                # environments [a, b) of a larger batch, reset with seed + a, starts exactly as they would
-                # there
+                # environment i from its own key PRNGKey(seed + i) (the protocol's seed + i rule; with
+                # starts=k, seed + i % k): a batch of environments [a, b) of a larger batch, reset with
+                # seed + a, starts exactly as they would there
                 seeds = np.array(self.env_seeds(self.seed if seed is None else seed, starts), np.int64)
                 seeds %= 2**32
                 # committed to the device, as the step's outputs are (they come from committed DLPack

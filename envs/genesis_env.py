@@ -496,6 +496,7 @@ GENESIS_TASKS: dict[str, type[GenesisTask]] = {t.name: t for t in (Go2Walk, Cart
 
 class GenesisEnv(VecEnv):
     backend = "genesis"
+    common_starts = False  # one generator draws the whole batch's starts
 
     def __init__(
         self,
@@ -590,9 +591,6 @@ class GenesisEnv(VecEnv):
         return obs.view(self.num_envs, self.obs_dim), reward, flags[b:c], flags[c:]
 
     def _reset(self, seed: int | None, starts: int | None = None) -> torch.Tensor:
-        if starts is not None:
-            raise ValueError("env.backend=genesis draws the batch's initial states from one generator: "
-                             "it has no common starts (reset(seed, starts=...))")
         if seed is not None:
             self._gen.manual_seed(seed)
         if self.cuda_graphs:  # once; the reset below re-initialises what the capture's warm-up runs wrote

@@ -117,7 +117,8 @@ def apply_backend_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
                 mine = cfg[section].get(key)
                 if mine is None:
                     cfg[section][key] = value
-                elif isinstance(mine, dict) and isinstance(value, dict) and same_target(mine, value):
+                elif isinstance(mine, dict) and isinstance(value, dict) \
+                        and (key != "refine" or same_target(mine, value)):
                     cfg[section][key] = {**value, **mine}
     for section, fallback in (("gp", POLICY_GP_DEFAULTS), ("env", POLICY_ENV_DEFAULTS)):
         for key, value in fallback.items():

@@ -123,6 +123,9 @@ def test_common_starts_repeat_the_first_starts_along_the_batch(name: str, backen
     assert torch.equal(a[:3], a[3:]) and torch.equal(ra[:3], ra[3:])
     with pytest.raises(ValueError, match="starts must be a positive int given with a seed"):
         common.reset(starts=3)
+    common.common_starts = False  # as on Genesis, whose batch draws its starts from one generator
+    with pytest.raises(ValueError, match="has no common starts"):
+        common.reset(seed=5, starts=3)
 
 
 def test_rollout_with_common_starts_plays_every_individual_on_the_same_starts() -> None:

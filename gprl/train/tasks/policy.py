@@ -193,8 +193,8 @@ class PolicyTask(Task):
         self.total_envs = pop_size * self.episodes
         self.name, self.backend, self.seed, self.pop_size = name, self.env.backend, int(seed), pop_size
         # every tree of a generation on the same starts (common random numbers): a tree is ranked by how it
-        # plays, not by the luck of its start; Genesis draws a batch's starts from one generator
-        self.common = self.backend != "genesis"
+        # plays, not by the luck of its start (where the backend can repeat starts)
+        self.common = self.env.common_starts
         self.device = self.env.device
         self.final_length = int(self.env.episode_length)
         self.start_length, self.ramp = episode_schedule(env_cfg.get("episode_schedule"), self.final_length)
@@ -268,6 +268,11 @@ class PolicyTask(Task):
         envs_per_reset = max(self.total_envs, self.n_finalists * self.final_episodes)
         return mix_seed(self.seed, *parts) % (2**31 - 1 - envs_per_reset)
 
+    def _first_seed(self, seed: int, first_env: int) -> int:
+        """The reset seed of a shard whose first environment is ``first_env`` of the whole batch: with common
+        starts every shard resets from ``seed`` (environment ``p * E + e`` from ``seed + e``)."""
+        return seed if self.common else seed + first_env
+
     def evaluate(self, population: Population, generation: int) -> tuple[torch.Tensor, dict[str, Any]]:
         length = episode_length_at(self.draws.schedule_generation(generation), self.start_length,
                                    self.final_length, self.ramp)
@@ -276,7 +281,7 @@ class PolicyTask(Task):
         (a, b), P, E, dist = self.shard, len(population), self.episodes, self.dist
         with dist.agree("evaluating the population"):
             ev = evaluate_policies(population[a:b], self.env, self.action_map, mean, std, E, short,
-                                   seed=self._seed(generation, 7) + (0 if self.common else a * E),
+                                   seed=self._first_seed(self._seed(generation, 7), a * E),
                                    collect_stats=self.normalizer.enabled, common_starts=self.common)
         if ev.obs_stats is not None:
             self.normalizer.merge_envs(*(dist.gather(x, P, "gathering observation statistics", per=E)
@@ -337,7 +342,7 @@ class PolicyTask(Task):
         with dist.agree("racing the finalists"):
             mine = population[top[a:b].to(population.device)]
             ev = evaluate_policies(mine, self.final_env, self.action_map, mean, std, E, length,
-                                   seed=self._seed(generation, 11) + (0 if self.common else a * E),
+                                   seed=self._first_seed(self._seed(generation, 11), a * E),
                                    collect_stats=self.normalizer.enabled, common_starts=self.common)
         if ev.obs_stats is not None:
             self.normalizer.merge_envs(*(dist.gather(x, K, "gathering the finalists' observations", per=E)
@@ -506,7 +511,7 @@ class PolicyTask(Task):
 
         def play(params: torch.Tensor, iteration: int) -> torch.Tensor:
             # environment k: seed + k, or with common starts every perturbation on the same E starts
-            seed = (first + 7919 * iteration) % (2**31 - 1 - n * per) + (0 if self.common else a)
+            seed = self._first_seed((first + 7919 * iteration) % (2**31 - 1 - n * per), a)
             mine = params[a // E:b // E].to(self.device)  # this rank's samples, E environments each
             with dist.agree("refining the best tree"):
                 if constants:
