@@ -1,9 +1,10 @@
-"""Any registered Gymnasium id, stepped through Gymnasium's vector API.
+"""Any registered Gymnasium id, its sub-environments made as ``gymnasium.make_vec`` makes them.
 
-The vector env runs in NEXT_STEP autoreset mode, but the autoreset never reaches the caller: the base class
-keeps an ended episode ended (flags stay set, reward 0) until ``reset()``, so whatever the vector env does
-with that sub-environment afterwards (its hidden reset and new episode) is ignored. ``reset(seed)`` seeds
-sub-environment ``i`` with ``seed + i``, exactly as ``gymnasium.vector`` does.
+Only the live episodes are stepped: an ended one stays ended until ``reset()`` (the base class's rules), so a
+batch whose episodes end at different times costs the steps actually played, not the longest episode times
+the batch. A large batch is split into contiguous chunks, one worker process per core (``workers``), stepped
+in parallel. ``reset(seed)`` seeds sub-environment ``i`` with ``seed + i``, exactly as ``gymnasium.vector``
+does, so episodes are Gymnasium's own.
 
 Names: any registered id, Gymnasium's ``module:EnvId`` (the module registers ``EnvId`` when imported), or an
 entry point ``module:Class`` / ``module:factory`` (a user's own environment, registered here under
@@ -18,6 +19,7 @@ keys (:func:`flat_names`). Images and other spaces get a ``TypeError`` that name
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import re
@@ -181,6 +183,106 @@ def _obs_names(env_id: str, obs_dim: int) -> list[str] | None:
     return names if names is not None and len(names) == obs_dim else None
 
 
+def _flat_obs(obs: list[Any]) -> np.ndarray:
+    return np.asarray([np.asarray(o, dtype=np.float32).reshape(-1) for o in obs], dtype=np.float32)
+
+
+class _Envs:
+    """Sub-environments stepped one by one in this process; a step names the ones to step (the live ones)."""
+
+    def __init__(self, make_env: Any, num_envs: int) -> None:
+        self.envs = [make_env() for _ in range(num_envs)]
+
+    def reset(self, seeds: list[int | None]) -> np.ndarray:
+        return _flat_obs([env.reset(seed=s)[0] for env, s in zip(self.envs, seeds)])
+
+    def step(self, ids: np.ndarray, actions: np.ndarray) -> tuple[np.ndarray, ...]:
+        out = [self.envs[i].step(a)[:4] for i, a in zip(ids, actions)]
+        return (_flat_obs([o[0] for o in out]), np.asarray([o[1] for o in out], dtype=np.float32),
+                np.asarray([o[2] for o in out], dtype=bool), np.asarray([o[3] for o in out], dtype=bool))
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def _worker(conn: Any, make_env: Any, num_envs: int) -> None:
+    """A worker process: its chunk of sub-environments, driven through ``conn`` by :class:`_Workers`."""
+    try:
+        envs = _Envs(make_env.fn, num_envs)
+        conn.send(("ok", None))
+        while True:
+            method, args = conn.recv()
+            if method == "close":
+                envs.close()
+                return
+            conn.send(("ok", getattr(envs, method)(*args)))
+    except Exception as err:  # noqa: BLE001 (sent to the parent, which raises it with the worker's traceback)
+        import traceback
+
+        conn.send(("error", f"{type(err).__name__}: {err}\n{traceback.format_exc()}"))
+    finally:
+        conn.close()
+
+
+class _Workers:
+    """The sub-environments in contiguous chunks, one per worker process, stepped in parallel."""
+
+    def __init__(self, make_env: Any, num_envs: int, workers: int) -> None:
+        import multiprocessing as mp
+
+        from gymnasium.vector.utils import CloudpickleWrapper
+
+        self.bounds = np.linspace(0, num_envs, workers + 1).astype(int)
+        self.conns, self.procs = [], []
+        for a, b in zip(self.bounds[:-1], self.bounds[1:]):
+            parent, child = mp.Pipe()
+            proc = mp.Process(target=_worker, args=(child, CloudpickleWrapper(make_env), int(b - a)), daemon=True)
+            proc.start()
+            child.close()
+            self.conns.append(parent)
+            self.procs.append(proc)
+        self._gather(self.conns)
+
+    def _gather(self, conns: list[Any]) -> list[Any]:
+        replies = [conn.recv() for conn in conns]
+        errors = [r[1] for r in replies if r[0] == "error"]
+        if errors:
+            self.close()
+            raise RuntimeError(f"a Gymnasium worker process failed: {errors[0]}")
+        return [r[1] for r in replies]
+
+    def reset(self, seeds: list[int | None]) -> np.ndarray:
+        for conn, a, b in zip(self.conns, self.bounds[:-1], self.bounds[1:]):
+            conn.send(("reset", (seeds[a:b],)))
+        return np.concatenate(self._gather(self.conns))
+
+    def step(self, ids: np.ndarray, actions: np.ndarray) -> tuple[np.ndarray, ...]:
+        cuts = np.searchsorted(ids, self.bounds)
+        busy = []
+        for w, conn in enumerate(self.conns):
+            if cuts[w] < cuts[w + 1]:
+                conn.send(("step", (ids[cuts[w]:cuts[w + 1]] - self.bounds[w], actions[cuts[w]:cuts[w + 1]])))
+                busy.append(conn)
+        parts = self._gather(busy)
+        return tuple(np.concatenate([p[k] for p in parts]) for k in range(4))
+
+    def close(self) -> None:
+        for conn, proc in zip(self.conns, self.procs):
+            try:
+                conn.send(("close", ()))
+            except (BrokenPipeError, OSError):
+                pass
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.terminate()
+        self.conns, self.procs = [], []
+
+
+# sub-environments per worker process below which the batch is stepped in this process (a message costs more)
+MIN_ENVS_PER_WORKER = 16
+
+
 class GymnasiumEnv(VecEnv):
     backend = "gymnasium"
 
@@ -191,14 +293,14 @@ class GymnasiumEnv(VecEnv):
         device: torch.device | str | None = None,
         seed: int = 0,
         episode_length: int | None = None,
-        vectorization_mode: str = "sync",
+        workers: int | None = None,
         **env_kwargs: Any,
     ) -> None:
         gym = require("gymnasium", "gymnasium")
-        from gymnasium.vector import AutoresetMode
 
-        if vectorization_mode not in ("sync", "async"):
-            raise ValueError(f"vectorization_mode must be 'sync' or 'async', got {vectorization_mode!r}")
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
+            raise ValueError(f"workers must be a non-negative int (0: step in this process) or None (one per core "
+                             f"when the batch is large enough), got {workers!r}")
         make_id = resolve_id(env_id)
         spec = gym.spec(make_id)
         limit = episode_length if episode_length is not None else spec.max_episode_steps
@@ -215,15 +317,12 @@ class GymnasiumEnv(VecEnv):
         act_kw, self._act_start = action_layout(act_space)
         # a non-vector observation is flattened in each sub-environment (Dict, Tuple, one-hot, n-d Box)
         flat = not (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1)
-        self.vec = gym.make_vec(
-            make_id,
-            num_envs=num_envs,
-            vectorization_mode=vectorization_mode,
-            vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP},
-            wrappers=[gym.wrappers.FlattenObservation] if flat else None,
-            max_episode_steps=limit,
-            **env_kwargs,
-        )
+        # each sub-environment as gymnasium.make_vec makes it
+        make_env = functools.partial(_make_env, make_id, limit, flat, env_kwargs)
+        if workers is None:
+            workers = min(len(os.sched_getaffinity(0)), num_envs // MIN_ENVS_PER_WORKER)
+        self.workers = workers if workers > 1 else 0
+        self.envs = _Workers(make_env, num_envs, self.workers) if self.workers else _Envs(make_env, num_envs)
         self._act_dtype = act_space.dtype
         super().__init__(
             name=env_id,
@@ -235,27 +334,36 @@ class GymnasiumEnv(VecEnv):
             obs_names=_obs_names(env_id, len(names)) or (names if flat else None),
             **act_kw,
         )
+        self._last_obs = np.zeros((num_envs, self.obs_dim), np.float32)
 
     def _obs(self, obs: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(obs).reshape(self.num_envs, -1)).to(self.device, torch.float32)
+        return torch.from_numpy(obs.copy()).to(self.device)
 
     def _reset(self, seed: int | None, starts: int | None = None) -> torch.Tensor:
-        obs, _ = self.vec.reset(seed=self.env_seeds(seed, starts) if starts else seed)
-        return self._obs(obs)
+        seeds = self.env_seeds(seed, starts) if seed is not None else [None] * self.num_envs
+        self._last_obs = self.envs.reset(seeds)
+        return self._obs(self._last_obs)
 
     def _step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        # only the live episodes are stepped: an ended one stays ended until reset() (the base class's rules)
+        ids = np.flatnonzero(~self.done.cpu().numpy())
         if self.discrete:
-            act = action.cpu().numpy() + self._act_start
+            act = action.cpu().numpy()[ids] + self._act_start
         else:
-            act = action.cpu().numpy().astype(self._act_dtype, copy=False)
-        obs, reward, terminated, truncated, _ = self.vec.step(act)
+            act = action.cpu().numpy()[ids].astype(self._act_dtype, copy=False)
+        reward = np.zeros(self.num_envs, np.float32)
+        terminated, truncated = np.zeros(self.num_envs, bool), np.zeros(self.num_envs, bool)
+        if len(ids):
+            self._last_obs[ids], reward[ids], terminated[ids], truncated[ids] = self.envs.step(ids, act)
         dev = self.device
-        return (
-            self._obs(obs),
-            torch.as_tensor(np.asarray(reward, dtype=np.float32)).to(dev),
-            torch.as_tensor(np.asarray(terminated, dtype=bool)).to(dev),
-            torch.as_tensor(np.asarray(truncated, dtype=bool)).to(dev),
-        )
+        return self._obs(self._last_obs), torch.from_numpy(reward).to(dev), \
+            torch.from_numpy(terminated).to(dev), torch.from_numpy(truncated).to(dev)
 
     def close(self) -> None:
-        self.vec.close()
+        self.envs.close()
+
+
+def _make_env(make_id: str, limit: int, flat: bool, env_kwargs: dict[str, Any]) -> Any:
+    gym = require("gymnasium", "gymnasium")
+    env = gym.make(make_id, max_episode_steps=limit, **env_kwargs)
+    return gym.wrappers.FlattenObservation(env) if flat else env

@@ -46,3 +46,13 @@ class Switches(gym.Env):
         self.t += 1
         reward = float(np.sum(np.asarray(action) == self.target))
         return (self.target.copy(), int(self.t % 2)), reward, False, self.t >= 8, {}
+
+
+class Faulty(PointMass):
+    """PointMass whose simulator breaks on the third step: its error must reach the caller."""
+
+    def step(self, action):
+        self.t = getattr(self, "t", 0) + 1
+        if self.t == 3:
+            raise FloatingPointError("the simulation diverged")
+        return super().step(action)

@@ -92,6 +92,49 @@ def test_same_seed_same_returns(backend: str) -> None:
     assert not torch.equal(a, c)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_gymnasium_steps_the_live_episodes_as_gymnasium_vector_does(workers: int) -> None:
+    """In this process or in worker processes, the live episodes are Gymnasium's own (sync vector env, same
+    seeds and actions), step for step; an ended episode's sub-environment is not stepped again."""
+    n = 12
+    env = genvs.make("CartPole-v1", backend="gymnasium", num_envs=n, workers=workers)
+    ref = gym.make_vec("CartPole-v1", num_envs=n, vectorization_mode="sync")
+    assert env.workers == workers
+    obs, (ref_obs, _) = env.reset(seed=3), ref.reset(seed=3)
+    np.testing.assert_array_equal(obs.numpy(), ref_obs)
+    rng, done, ret, ref_ret = np.random.default_rng(1), np.zeros(n, bool), np.zeros(n), np.zeros(n)
+    for _ in range(20):
+        scores = rng.normal(size=(n, 2)).astype(np.float32)
+        obs, reward, terminated, truncated = env.step(torch.from_numpy(scores))
+        ref_obs, ref_reward, ref_term, ref_trunc, _ = ref.step(scores.argmax(1))
+        np.testing.assert_array_equal(obs.numpy()[~done], ref_obs[~done])
+        ret += reward.numpy()
+        ref_ret += np.where(done, 0.0, ref_reward)
+        done |= ref_term | ref_trunc
+        np.testing.assert_array_equal((terminated | truncated).numpy(), done)
+    assert 0 < done.sum() < n  # some episodes ended along the way, others went on
+    np.testing.assert_array_equal(ret, ref_ret)
+    if not workers:  # an ended episode's simulator stands still
+        frozen = [tuple(e.unwrapped.state) for e in env.envs.envs]
+        env.step(torch.zeros(n, 2))
+        assert [tuple(e.unwrapped.state) == s for e, s in zip(env.envs.envs, frozen)] == list(done)
+    env.close()
+
+
+def test_gymnasium_workers_argument_and_a_failing_worker() -> None:
+    with pytest.raises(ValueError, match="workers must be a non-negative int"):
+        genvs.make("CartPole-v1", backend="gymnasium", num_envs=4, workers=-1)
+    assert genvs.make("CartPole-v1", backend="gymnasium", num_envs=4).workers == 0  # too few to split
+    env = genvs.make("tests.envs.custom:Faulty", backend="gymnasium", num_envs=4, workers=2, episode_length=5)
+    env.reset(seed=0)
+    env.step(torch.zeros(4, 2))
+    env.step(torch.zeros(4, 2))
+    with pytest.raises(RuntimeError, match="a Gymnasium worker process failed: FloatingPointError: the "
+                                           "simulation diverged"):
+        env.step(torch.zeros(4, 2))
+    env.close()
+
+
 @pytest.mark.parametrize("backend", ["mujoco", "gymnasium"])
 def test_a_shard_of_the_batch_replays_its_environments(backend: str) -> None:
     """reset(seed) starts environment i from seed + i: environments [2, 5) of a batch of 5 are a batch of 3
