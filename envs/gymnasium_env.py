@@ -237,7 +237,8 @@ class _Workers:
         self.conns, self.procs = [], []
         for a, b in zip(self.bounds[:-1], self.bounds[1:]):
             parent, child = mp.Pipe()
-            proc = mp.Process(target=_worker, args=(child, CloudpickleWrapper(make_env), int(b - a)), daemon=True)
+            proc = mp.Process(target=_worker, args=(child, CloudpickleWrapper(make_env), int(b - a)),
+                              daemon=True)
             proc.start()
             child.close()
             self.conns.append(parent)
@@ -299,8 +300,8 @@ class GymnasiumEnv(VecEnv):
         gym = require("gymnasium", "gymnasium")
 
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
-            raise ValueError(f"workers must be a non-negative int (0: step in this process) or None (one per core "
-                             f"when the batch is large enough), got {workers!r}")
+            raise ValueError(f"workers must be a non-negative int (0: step in this process) or None (one per "
+                             f"core when the batch is large enough), got {workers!r}")
         make_id = resolve_id(env_id)
         spec = gym.spec(make_id)
         limit = episode_length if episode_length is not None else spec.max_episode_steps

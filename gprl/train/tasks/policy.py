@@ -72,7 +72,8 @@ def episode_schedule(schedule: dict[str, Any] | str | None, final: int, batch: i
     generations: on a CPU simulator Ant's 1,000 trees of 1,000 steps cost minutes a generation."""
     if schedule == "auto":
         start = max(AUTO_START_MIN, STARTS_STEPS // batch)
-        schedule = {} if racing or start >= final else {"start": start, "ramp_generations": AUTO_RAMP_GENERATIONS}
+        fits = racing or start >= final
+        schedule = {} if fits else {"start": start, "ramp_generations": AUTO_RAMP_GENERATIONS}
     if isinstance(schedule, str):
         raise ValueError(f"env.episode_schedule must be a mapping {{start, ramp_generations}}, auto or null, "
                          f"got {schedule!r}")
