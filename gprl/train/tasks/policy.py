@@ -75,7 +75,7 @@ def episode_schedule(schedule: dict[str, Any] | str | None, final: int, batch: i
         fits = racing or start >= final
         schedule = {} if fits else {"start": start, "ramp_generations": AUTO_RAMP_GENERATIONS}
     if isinstance(schedule, str):
-        raise ValueError(f"env.episode_schedule must be a mapping {{start, ramp_generations}}, auto or null, "
+        raise ValueError(f"env.episode_schedule must be a mapping {{start, ramp_generations}}, auto or null, "  # noqa: TRY004
                          f"got {schedule!r}")
     schedule = dict(schedule or {})
     lowest = {"start": 1, "ramp_generations": 0}  # a ramp of 0 generations: none
