@@ -245,8 +245,23 @@ class _Workers:
             self.procs.append(proc)
         self._gather(self.conns)
 
+    def _died(self) -> RuntimeError:
+        """A worker killed, or crashed in native code: no traceback comes back."""
+        codes = [p.exitcode for p in self.procs if not p.is_alive()]
+        self.close()
+        return RuntimeError(f"a Gymnasium worker process died (exit codes {codes})")
+
+    def _send(self, conn: Any, method: str, *args: Any) -> None:
+        try:
+            conn.send((method, args))
+        except OSError:  # a broken pipe: the worker is gone
+            raise self._died() from None
+
     def _gather(self, conns: list[Any]) -> list[Any]:
-        replies = [conn.recv() for conn in conns]
+        try:
+            replies = [conn.recv() for conn in conns]
+        except EOFError:
+            raise self._died() from None
         errors = [r[1] for r in replies if r[0] == "error"]
         if errors:
             self.close()
@@ -255,15 +270,16 @@ class _Workers:
 
     def reset(self, seeds: list[int | None]) -> np.ndarray:
         for conn, a, b in zip(self.conns, self.bounds[:-1], self.bounds[1:]):
-            conn.send(("reset", (seeds[a:b],)))
+            self._send(conn, "reset", seeds[a:b])
         return np.concatenate(self._gather(self.conns))
 
     def step(self, ids: np.ndarray, actions: np.ndarray) -> tuple[np.ndarray, ...]:
         cuts = np.searchsorted(ids, self.bounds)
         busy = []
         for w, conn in enumerate(self.conns):
-            if cuts[w] < cuts[w + 1]:
-                conn.send(("step", (ids[cuts[w]:cuts[w + 1]] - self.bounds[w], actions[cuts[w]:cuts[w + 1]])))
+            a, b = cuts[w], cuts[w + 1]
+            if a < b:
+                self._send(conn, "step", ids[a:b] - self.bounds[w], actions[a:b])
                 busy.append(conn)
         parts = self._gather(busy)
         return tuple(np.concatenate([p[k] for p in parts]) for k in range(4))

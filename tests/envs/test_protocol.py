@@ -132,6 +132,13 @@ def test_gymnasium_workers_argument_and_a_failing_worker() -> None:
     with pytest.raises(RuntimeError, match="a Gymnasium worker process failed: FloatingPointError: the "
                                            "simulation diverged"):
         env.step(torch.zeros(4, 2))
+    env = genvs.make("tests.envs.custom:PointMass", backend="gymnasium", num_envs=4, workers=2,
+                     episode_length=5)
+    env.reset(seed=0)
+    env.envs.procs[1].kill()  # as the OOM killer would: no traceback comes back
+    env.envs.procs[1].join()
+    with pytest.raises(RuntimeError, match=r"a Gymnasium worker process died \(exit codes \[-9\]\)"):
+        env.step(torch.zeros(4, 2))
     env.close()
 
 
