@@ -38,8 +38,7 @@ class EnvSchema:
     # Any: OmegaConf cannot merge a dict into a None dict
     episode_schedule: Any = None
     """``{start, ramp_generations}``: training episodes grow from ``start`` steps to the full length;
-    ``auto``: from the length at which a generation's episodes fit 2^18 steps (at least 100), over 30
-    generations, where they do not fit and racing is off; null: the backend's default (CPU: auto)."""
+    null: the backend's default."""
     racing: Any = None
     """``{horizon, finalists, episodes}``: every tree plays the first ``horizon`` share of the episode, the
     best ``finalists`` share whole ones; ``{horizon: 1}``: off; null: the backend's default."""

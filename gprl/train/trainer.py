@@ -290,10 +290,9 @@ class Run:
         self.set_threads()
         with self.dist.agree("setting up the task"):
             self.task = make_task(self.cfg, self.dist)
-        if uses_env(self.cfg):  # null, auto: the length, starts per tree and schedule, recorded with the run
+        if uses_env(self.cfg):  # null: the environment's own limit and starts per tree, recorded with the run
             self.cfg["env"]["episode_length"] = self.task.final_length
             self.cfg["env"]["episodes"] = self.task.episodes
-            self.cfg["env"]["episode_schedule"] = self.task.schedule
         self.write_run_directory()
         self.make_search()
         wcfg = self.cfg.get("wandb") or {}

@@ -66,15 +66,9 @@ def test_episode_schedule():
     assert episode_schedule(None, 1000) == (1000, 0)
     assert episode_schedule({"start": 100, "ramp_generations": 30}, 1000) == (100, 30)
     assert episode_schedule({"start": 2000}, 1000) == (1000, 0)
-    # auto: from the length at which the batch fits 2^18 steps, where the full length does not
-    assert episode_schedule("auto", 1000, batch=1000) == (262, 30)  # Ant's 1,000 trees
-    assert episode_schedule("auto", 1000, batch=256) == (1000, 0)  # LunarLander's 256 fit
-    assert episode_schedule("auto", 1000, batch=16384) == (100, 30)  # no shorter than 100
-    assert episode_schedule("auto", 1000, batch=1000, racing=True) == (1000, 0)  # racing shortens them
-    assert episode_schedule("auto", 50, batch=4000) == (50, 0)  # Reacher's 50 steps
     for bad, match in (({"end": 500}, "takes start and ramp_generations"), ({"start": 0}, "start"),
                        ({"start": 2.5}, "start"), ({"ramp_generations": -1}, "ramp_generations"),
-                       ({"start": True}, "start"), ("fast", "a mapping .*auto or null")):
+                       ({"start": True}, "start")):
         with pytest.raises(ValueError, match=match):
             episode_schedule(bad, 1000)
 

@@ -31,14 +31,3 @@ def test_the_trees_of_a_generation_share_their_starts_and_a_null_count_fills_the
         task.close()
     with pytest.raises(ValueError, match="env.episodes must be a positive integer"):
         PolicyTask({**cfg, "episodes": 0}, pop_size=4, seed=0, device="cpu")
-
-
-def test_an_auto_schedule_starts_where_a_generation_fits_the_step_budget_and_is_recorded():
-    cfg = {"name": "InvertedDoublePendulum-v5", "backend": "mujoco", "episode_schedule": "auto",
-           "episodes": 1}
-    task = PolicyTask(cfg, pop_size=2048, seed=0, device="cpu", validation_episodes=1)
-    try:
-        assert task.schedule == {"start": STARTS_STEPS // 2048, "ramp_generations": 30}
-        assert (task.start_length, task.final_length) == (128, 1000)
-    finally:
-        task.close()

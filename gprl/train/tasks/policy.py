@@ -39,9 +39,6 @@ SIMPLIFY_ROWS = 2048  # of their observations, drawn at random
 SIMPLIFY_SECONDS = 30.0  # per tolerance: the tree reached by then is the candidate
 STARTS_STEPS = 2**18  # env.episodes null: starts per tree up to a generation of this many steps
 MAX_STARTS = 8
-# env.episode_schedule auto: training episodes no shorter than this, grown to the full length in this many
-# generations (the locomotion presets' ramp)
-AUTO_START_MIN, AUTO_RAMP_GENERATIONS = 100, 30
 FRONT_SIZE = 16  # of the last generation's front of length against score, the best this many are validated
 
 
@@ -63,20 +60,9 @@ def racing_shares(racing: dict[str, Any] | None) -> tuple[float, float, int | No
     return (*shares, episodes)
 
 
-def episode_schedule(schedule: dict[str, Any] | str | None, final: int, batch: int = 1,
-                     racing: bool = False) -> tuple[int, int]:
+def episode_schedule(schedule: dict[str, Any] | None, final: int) -> tuple[int, int]:
     """``env.episode_schedule`` as (start, ramp_generations) for episodes of ``final`` steps; null or ``{}``:
-    (final, 0). ``auto``: where a generation's ``batch`` full-length episodes exceed :data:`STARTS_STEPS`
-    steps (and racing does not already shorten them), training episodes start at the length that fits (at
-    least :data:`AUTO_START_MIN`) and grow to the full length over :data:`AUTO_RAMP_GENERATIONS`
-    generations: on a CPU simulator Ant's 1,000 trees of 1,000 steps cost minutes a generation."""
-    if schedule == "auto":
-        start = max(AUTO_START_MIN, STARTS_STEPS // batch)
-        fits = racing or start >= final
-        schedule = {} if fits else {"start": start, "ramp_generations": AUTO_RAMP_GENERATIONS}
-    if isinstance(schedule, str):
-        raise ValueError(f"env.episode_schedule must be a mapping {{start, ramp_generations}}, auto or null, "  # noqa: TRY004
-                         f"got {schedule!r}")
+    (final, 0)."""
     schedule = dict(schedule or {})
     lowest = {"start": 1, "ramp_generations": 0}  # a ramp of 0 generations: none
     unknown = set(schedule) - set(lowest)
@@ -211,11 +197,7 @@ class PolicyTask(Task):
         self.common = self.env.common_starts
         self.device = self.env.device
         self.final_length = int(self.env.episode_length)
-        self.start_length, self.ramp = episode_schedule(env_cfg.get("episode_schedule"), self.final_length,
-                                                        self.total_envs, self.racing)
-        # as resolved (auto, a backend's default), recorded with the run
-        self.schedule = ({"start": self.start_length, "ramp_generations": self.ramp}
-                         if self.ramp > 0 and self.start_length < self.final_length else {})
+        self.start_length, self.ramp = episode_schedule(env_cfg.get("episode_schedule"), self.final_length)
         self.action_map = ActionMap.for_env(self.env, env_cfg.get("action_transform", "auto"))
         self.n_in = self.env.obs_dim
         self.n_out = self.env.num_actions if self.env.discrete else self.env.act_dim
