@@ -288,7 +288,7 @@ class _Workers:
         for conn, proc in zip(self.conns, self.procs):
             try:
                 conn.send(("close", ()))
-            except (BrokenPipeError, OSError):
+            except OSError:  # already gone
                 pass
             proc.join(timeout=5)
             if proc.is_alive():
