@@ -336,10 +336,6 @@ class GymnasiumEnv(VecEnv):
         flat = not (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1)
         # each sub-environment as gymnasium.make_vec makes it
         make_env = functools.partial(_make_env, make_id, limit, flat, env_kwargs)
-        if workers is None:
-            workers = min(len(os.sched_getaffinity(0)), num_envs // MIN_ENVS_PER_WORKER)
-        self.workers = workers if workers > 1 else 0
-        self.envs = _Workers(make_env, num_envs, self.workers) if self.workers else _Envs(make_env, num_envs)
         self._act_dtype = act_space.dtype
         super().__init__(
             name=env_id,
@@ -351,7 +347,10 @@ class GymnasiumEnv(VecEnv):
             obs_names=_obs_names(env_id, len(names)) or (names if flat else None),
             **act_kw,
         )
-        self._last_obs = np.zeros((num_envs, self.obs_dim), np.float32)
+        if workers is None:
+            workers = min(len(os.sched_getaffinity(0)), num_envs // MIN_ENVS_PER_WORKER)
+        self.workers = workers if workers > 1 else 0  # started last: nothing above can leave them running
+        self.envs = _Workers(make_env, num_envs, self.workers) if self.workers else _Envs(make_env, num_envs)
 
     def _obs(self, obs: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(obs.copy()).to(self.device)

@@ -135,9 +135,8 @@ class PolicyTask(Task):
     not its best) and that generation's front of length against score (:func:`length_front`: trees that beat
     every shorter one on the same starts) are validated on fresh episodes of full length (with
     ``validation_keep``, the best share again on other fresh starts), and the best mean return is exported.
-    With ``task.refine`` (:mod:`gprl.rl.refine`) the validated best also gets a linear
-    feedback term, or its numbers, tuned by random search in the last ``share`` of the time limit, and joins
-    the candidates.
+    With ``task.refine`` (:mod:`gprl.rl.refine`) the validated best also gets a linear feedback term, or its
+    numbers, tuned by random search in the last ``share`` of the time limit, and joins the candidates.
 
     Distributed (``dist``): a rank steps only the environments of its shard of individuals (environment
     ``p * E + e`` of the whole batch resets from ``seed + e``, or on Genesis ``seed + p * E + e``, wherever it
