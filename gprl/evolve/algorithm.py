@@ -123,7 +123,7 @@ class GeneticProgramming:
 
     def init(self, run: int = 0) -> Population:
         """A random initial population (``init_method`` over depths ``init_depth``); ``run`` > 0 draws
-        another one (a restart's)."""
+        another one (a fresh draw's, :meth:`restart`)."""
         lo, hi = self.params.const_range
         seed = mix_seed(self.seed, 0xA11CE) if run == 0 else mix_seed(self.seed, 0xA11CE, run)
         return Population.random(self.pop_size, self.n_in, self.n_out, max_len=self.max_len,
@@ -136,7 +136,7 @@ class GeneticProgramming:
 
     def restart(self, population: Population, fitness: torch.Tensor) -> Population:
         """In place of :meth:`step`: archives ``population`` and starts the search again from a fresh random
-        population (counted as a generation; the archive and the caller's records span the restarts)."""
+        population (counted as a generation; the archive and the caller's records span the draws)."""
         self.archive.update(population, S.loss_of(fitness, self.maximize))
         self.generation += 1
         self.fresh_at = self.generation

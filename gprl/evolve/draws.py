@@ -29,9 +29,6 @@ class Draws:
         if generations is None:
             raise ValueError(f"gp.draws={count} needs gp.draw_generations: the generations each draw is "
                              "evolved before the best one is continued")
-        if (gp.get("restarts") or 1) > 1:
-            raise ValueError("gp.draws and gp.restarts both start the search again from fresh populations: "
-                             "set one of them")
         return cls(count, generations)
 
     @property

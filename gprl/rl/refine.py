@@ -18,9 +18,7 @@ directions whose better member scored highest,
 
     θ ← θ + step / (top · σ_R) · Σ (r⁺ − r⁻) · s·δ          (σ_R: the std of those 2·top mean returns).
 
-With ``keep = k`` the feedback search prunes halfway: each action's ``k`` largest weights (normalised
-observations, so comparable) go on being tuned, the others are zeroed, and the folded formulas stay short.
-With ``prune = s`` the tuned feedback is also cut afterwards, to each action's ``k`` heaviest weights for
+With ``prune = s`` the tuned feedback is cut afterwards, to each action's ``k`` heaviest weights for
 every ``k`` of :data:`PRUNE_TERMS` below its count (:func:`pruned_feedback`); the cut policies are
 validated beside the others and the shortest whose return is within the share ``s`` of the best is exported.
 
@@ -45,7 +43,7 @@ from gprl.core.population import Population
 from gprl.evolve.constants import constant_slots, with_values
 from gprl.rl.policy import ActionMap
 
-REFINE_KEYS = ("share", "iterations", "pairs", "top", "sigma", "step", "keep", "target", "episodes", "prune",
+REFINE_KEYS = ("share", "iterations", "pairs", "top", "sigma", "step", "target", "episodes", "prune",
                "horizon")
 TARGETS = ("feedback", "constants")
 LOG_EVERY_S = 30.0  # a progress line at the first iteration, then at most one per this many seconds
@@ -57,12 +55,11 @@ class RefineSettings:
     """``task.refine``: ``share`` of the search's time (the last share of ``gp.time_limit``; a search that
     generations or a target ended refines for ``share / (1 - share)`` of its evolution time), ``iterations``
     (a cap, or the budget without a share), ``pairs`` of perturbations per iteration (null: half the training
-    batch, whose environments are then reused), the ``top`` pairs that step, ``sigma``, ``step``, ``keep``
-    (weights per action tuned after half the refinement; null: every observation's), the ``target`` tuned
-    (``feedback`` or ``constants``), the ``episodes`` each perturbation plays (their mean scores it),
-    ``prune`` (the share of the best validated return a shorter pruned feedback may give up; null: none) and
-    ``horizon`` (steps of each perturbation's episodes; null: the full episode length): where a step is
-    costly, shorter episodes buy more iterations."""
+    batch, whose environments are then reused), the ``top`` pairs that step, ``sigma``, ``step``, the
+    ``target`` tuned (``feedback`` or ``constants``), the ``episodes`` each perturbation plays (their mean
+    scores it), ``prune`` (the share of the best validated return a shorter pruned feedback may give up;
+    null: none) and ``horizon`` (steps of each perturbation's episodes; null: the full episode length):
+    where a step is costly, shorter episodes buy more iterations."""
 
     share: float = 0.0
     iterations: int | None = None
@@ -70,7 +67,6 @@ class RefineSettings:
     top: int | None = None  # null: every pair
     sigma: float = 0.03
     step: float = 0.02
-    keep: int | None = None  # null: every observation's weight
     target: str = "feedback"
     episodes: int = 1
     prune: float | None = None
@@ -94,7 +90,7 @@ class RefineSettings:
         if s.target not in TARGETS:
             raise ValueError(f"task.refine.target must be one of {list(TARGETS)} (a linear feedback term, or "
                              f"the tree's own constants), got {s.target!r}")
-        for name in ("iterations", "pairs", "top", "keep", "episodes", "horizon"):
+        for name in ("iterations", "pairs", "top", "episodes", "horizon"):
             v = getattr(s, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"task.refine.{name} must be a positive integer or null, got {v!r}")
@@ -104,10 +100,8 @@ class RefineSettings:
                 raise ValueError(f"task.refine.{name} must be a positive number, got {v!r}")
         if s.pairs is not None and s.top is not None and s.top > s.pairs:
             raise ValueError(f"task.refine.top ({s.top}) must be at most task.refine.pairs ({s.pairs})")
-        for name in ("keep", "prune"):
-            if getattr(s, name) is not None and s.target != "feedback":
-                raise ValueError(f"task.refine.{name} prunes feedback weights: it applies to "
-                                 "target=feedback only")
+        if s.prune is not None and s.target != "feedback":
+            raise ValueError("task.refine.prune prunes feedback weights: it applies to target=feedback only")
         if s.prune is not None and (isinstance(s.prune, bool) or not isinstance(s.prune, (int, float))
                                     or not 0 <= s.prune < 1):
             raise ValueError(f"task.refine.prune must be a share in [0, 1) (of the best validated return "
@@ -197,16 +191,8 @@ def refine(start: torch.Tensor, rows: int, settings: RefineSettings, seconds: fl
     begin, it = time.perf_counter(), 0
     logged = -math.inf  # when the last progress line was written
     limit = settings.iterations or math.inf
-    mask = torch.ones_like(w)
-    n_in = w.shape[-1] - 1  # feedback: the weights' observations (the last column is the bias)
-    pruned = not settings.keep or settings.keep >= n_in
     while agree(it < limit and (seconds is None or time.perf_counter() - begin < seconds)):
-        if not pruned and agree(it >= limit / 2 or (seconds is not None
-                                                    and time.perf_counter() - begin >= seconds / 2)):
-            pruned = True  # halfway: the `keep` largest weights per action go on, the others stay 0
-            mask = heaviest(w, scale, settings.keep)
-            w = w * mask
-        delta = torch.randn(pairs, *w.shape, generator=gen, dtype=torch.float64) * mask * scale
+        delta = torch.randn(pairs, *w.shape, generator=gen, dtype=torch.float64) * scale
         cand = torch.cat([w + settings.sigma * delta, w - settings.sigma * delta,
                           w[None].expand(rows - 2 * pairs, *w.shape)]).float()
         r = torch.nan_to_num(play(cand, it).cpu().double(), nan=-math.inf)

@@ -204,14 +204,16 @@ def _diff(old: Any, new: Any, key: str, out: dict[str, tuple[Any, Any]]) -> None
 def config_changes(saved: dict[str, Any] | None, current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """``{dotted key: (run's value, this configuration's)}`` for every stored search setting that differs.
 
-    Only what the checkpoint stores is compared: settings added to the schema later, and checkpoints written
-    before settings were stored (``saved`` None), change nothing."""
+    Only what the checkpoint stores is compared: settings added to the schema later, settings retired since
+    that the run left null, and checkpoints written before settings were stored (``saved`` None), change
+    nothing."""
     out: dict[str, tuple[Any, Any]] = {}
     for key, old in (saved or {}).items():
         new = current.get(key, _UNSET)
         if isinstance(old, dict) and isinstance(new, dict) and key in ("gp", "env", "task", "dataset"):
             for k, v in old.items():
-                _diff(v, new.get(k, _UNSET), f"{key}.{k}", out)
+                if v is not None or k in new:
+                    _diff(v, new.get(k, _UNSET), f"{key}.{k}", out)
         else:
             _diff(old, new, key, out)
     return out

@@ -74,9 +74,6 @@ class StoppingRules:
     """Seconds of evolution and refinement; validation and export come after; null: no limit."""
     target_return: Optional[float] = None  # noqa: UP045
     """Stop once a training return reaches this."""
-    restarts: Optional[int] = None  # noqa: UP045
-    """Runs from fresh random populations, one after the other, each an equal share of the budget; the hall
-    of fame spans them; null: the backend's default, else 1."""
     draws: Optional[int] = None  # noqa: UP045
     """Fresh random populations, each evolved ``draw_generations`` on its own; the best goes on, the others'
     best trees stay in the hall of fame; null: the backend's default, else one population."""
@@ -108,7 +105,7 @@ class TaskSchema:
     """policy: a share in (0, 1): the best share of the candidates plays a second round of as many fresh
     episodes, which alone decides; false or null: one round."""
     refine: Any = None
-    """policy: ``{share, pairs, top, sigma, step, keep, iterations, target, episodes, prune, horizon}``: a
+    """policy: ``{share, pairs, top, sigma, step, iterations, target, episodes, prune, horizon}``: a
     linear feedback term on the validated best tree (``target: feedback``) or its constants and observation
     scaling (``target: constants``), tuned by random search in the last ``share`` of ``gp.time_limit``;
     false: off; null: the backend's default; a mapping is laid over the backend's (of the same target)."""

@@ -61,10 +61,9 @@ def banner(cfg: dict[str, Any], device: str, run_dir: str, resumed_at: int | Non
             f" in the last {share:.0%} of the time" if share and gp.get("time_limit") else
             f" for {share / (1 - share):.2g}x the evolution's time" if share else
             f" for {refine.get('iterations')} iterations")
-    runs, draws = gp.get("restarts") or 1, gp.get("draws") or 1
-    start = (f" in {runs} runs from fresh populations" if runs > 1 else "") + \
-        (f", going on from the best of {draws} draws of {gp.get('draw_generations')} generations"
-         if draws > 1 else "") + \
+    draws = gp.get("draws") or 1
+    start = (f", going on from the best of {draws} draws of {gp.get('draw_generations')} generations"
+             if draws > 1 else "") + \
         (f", resuming at generation {resumed_at}" if resumed_at is not None else "")
     return (f"gprl: {what}\n"
             f"gprl: budget {budget}{start}; run directory {run_dir}; "

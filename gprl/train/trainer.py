@@ -89,7 +89,7 @@ POLICY_ENV_DEFAULTS = {"normalize_obs": True}
 
 def same_target(mine: dict[str, Any], default: dict[str, Any]) -> bool:
     """Whether a mapping may be laid over a default one: a refinement of the tree's constants does not take a
-    feedback refinement's settings (prune, keep)."""
+    feedback refinement's settings (prune)."""
     return mine.get("target", "feedback") == default.get("target", "feedback")
 
 
@@ -319,10 +319,6 @@ class Run:
         _check_positive("gp.time_limit", gp_cfg.get("time_limit"))
         if gp_cfg.get("generations") is None and gp_cfg.get("time_limit") is None:
             raise ValueError("set gp.generations or gp.time_limit (or both): the run needs a stopping rule")
-        restarts = gp_cfg.get("restarts")
-        if restarts is not None and (isinstance(restarts, bool) or not isinstance(restarts, int)
-                                     or restarts < 1):
-            raise ValueError(f"gp.restarts must be an integer >= 1 (1: no restart) or null, got {restarts!r}")
         self.draws = Draws.from_config(gp_cfg)
         self.every = int(cfg.get("checkpoint_every", 5))
         if self.every < 1:
@@ -421,7 +417,6 @@ class Run:
         if state is None:
             self.population = self.share(gp.init() if self.main else None)
             self.start, elapsed_before, last_before, self.total_steps, self.wandb_id = 0, 0.0, 0.0, 0, None
-            self.run_index = 0  # which of the gp.restarts runs the search is in
             self.kept = None  # gp.draws: the best ended draw so far (population, fitness, the task's state)
             self.continued = None  # gp.draws: the draw that went on (0-based) once the draws are over
             self.best_so_far = -math.inf if task.maximize else math.inf
@@ -438,7 +433,8 @@ class Run:
             task.load_state_dict(state["task"])
             elapsed_before, self.total_steps = state["elapsed"], state["total_env_steps"]
             last_before = state.get("last_generation_s", 0.0)
-            self.run_index, gp.fresh_at = state.get("restart", (0, 0))
+            # older checkpoints: (the retired gp.restarts' run index, fresh_at)
+            gp.fresh_at = state.get("fresh_at", state.get("restart", (0, 0))[1])
             self.kept, self.continued = state.get("draws"), state.get("draw_continued")
             self.best_so_far, self.wandb_id = state["best_so_far"], state.get("wandb_id")
             # every continuation with changed settings, in order (the run's record of them)
@@ -530,7 +526,7 @@ class Run:
         return self.dist.broadcast_object(stop, "agreeing on the stopping rule")  # rank 0's clock decides
 
     def vary(self, gp: GeneticProgramming, population: Population, fitness: torch.Tensor) -> Population:
-        new, fresh = None, self.restart_due()
+        new, fresh = None, False
         draw = self.draws.ends(self.generation)
         if draw is not None:
             population, fitness, fresh = self.end_draw(draw, population, fitness)
@@ -569,21 +565,6 @@ class Run:
         return (population_from_state(kept["population"], fitness.device),
                 kept["fitness"].to(fitness.device), False)
 
-    def restart_due(self) -> bool:
-        """Whether the search has used up its run's share of the budget (``gp.restarts``): of the time limit
-        or of the generations, whichever is further used. Rank 0's clock decides (it alone varies)."""
-        runs = int(self.gp_cfg.get("restarts") or 1)
-        if runs == 1:
-            return False
-        limit, generations = self.search.time_limit, self.gp_cfg.get("generations")
-        done = max(int(self.search.elapsed() * runs / limit) if limit else 0,  # shares used up
-                   (self.gp.generation + 1) * runs // generations if generations else 0)
-        run = min(runs - 1, done)
-        if run <= self.run_index:
-            return False
-        self.run_index = run
-        return True
-
     def snapshot(self, generation: int) -> dict[str, Any] | None:
         """The consistent state *before* evaluating ``generation`` (rank 0; None elsewhere)."""
         if not self.main:
@@ -597,7 +578,7 @@ class Run:
                 "task": self.task.state_dict(), "elapsed": self.search.elapsed(),
                 "last_generation_s": self.search.last_s,
                 "total_env_steps": self.total_steps, "best_so_far": self.best_so_far,
-                "restart": (self.run_index, self.gp.fresh_at), "draws": self.kept,
+                "fresh_at": self.gp.fresh_at, "draws": self.kept,
                 "draw_continued": self.continued,
                 "wandb_id": self.tracker.run_id}
 

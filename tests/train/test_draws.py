@@ -55,9 +55,28 @@ def test_draws_count_their_generations():
     assert five.budget_note(90.0, 480.0, 480.0) is None and five.budget_note(110.0, None, None) is None
 
 
+def test_restart_draws_another_population_and_hides_no_strategy_rows():
+    """A fresh draw (``restart``) is another random population; the evolution strategy reads no pairs from
+    it, so its best tree, wherever it sits, stays the elite."""
+    gp = gprl.GeneticProgramming(4, 2, population_size=68, es_share=0.25, es_pairs=8, seed=1)
+    assert gp.es is not None and gp.es.rows == 17
+    pop = gp.init()
+    fit = torch.arange(68, dtype=torch.float32)  # lower is better: row 0 the best
+    pop = gp.step(pop, fit)
+    fresh = gp.restart(pop, fit)
+    assert gp.generation == gp.fresh_at == 2
+    assert same(fresh, gp.init(run=2)) and not same(fresh, gp.init())
+    # the best tree sits in the strategy's rows: a fresh population has no pairs there, so it is the elite
+    fit = torch.arange(68, 0, -1, dtype=torch.float32)
+    child = gp.step(fresh, fit)
+    assert same(child[:1], fresh[67:68])
+    # a step after a step does hide those rows from elitism (its pairs)
+    nxt = gp.step(child, fit)
+    assert not same(nxt[:1], child[67:68])
+
+
 @pytest.mark.parametrize("gp, words", [
     ({"draws": 2}, "gp.draw_generations"),
-    ({"draws": 2, "draw_generations": 3, "restarts": 2}, "gp.restarts"),
     ({"draws": 0}, "gp.draws"),
     ({"draws": 2, "draw_generations": True}, "gp.draw_generations"),
 ])

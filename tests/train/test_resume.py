@@ -191,6 +191,23 @@ def test_checkpoint_without_stored_settings_still_resumes(base, tmp_path):
     assert [r["generation"] for r in metrics(run)] == [0, 1, 2, 3]
 
 
+def test_checkpoint_of_a_retired_setting_left_null_still_resumes(base, tmp_path):
+    """A checkpoint written while gp.restarts existed (null, its default; the run index beside fresh_at): the
+    retired setting changes nothing, a retired one set to a value is still named."""
+    run = copy_run(base, tmp_path)
+    path = run / "checkpoints" / "gen_000003.pt"
+    state = torch.load(path, weights_only=False)
+    state["config"]["gp"]["restarts"] = None
+    state["restart"] = (0, state.pop("fresh_at"))
+    torch.save(state, path)
+    train(tmp_path, "resumer", *BASE, f"resume={run}", "gp.generations=4")
+    assert [r["generation"] for r in metrics(run)] == [0, 1, 2, 3]
+    state["config"]["gp"]["restarts"] = 3
+    torch.save(state, run / "checkpoints" / "gen_000004.pt")
+    res = train(tmp_path, "refused", *BASE, f"resume={run}", "gp.generations=5", check=False)
+    assert res.returncode != 0 and "gp.restarts (run 3, now '<unset>')" in res.stderr
+
+
 @pytest.mark.parametrize("stop", [["gp.time_limit=2"], ["gp.target_return=-1e9", "gp.generations=50"]])
 def test_a_run_whose_search_ended_resumes_to_its_export_only(tmp_path, stop):
     """Interrupted after its time limit or target stopped the search (during refinement, validation or
