@@ -11,11 +11,13 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "nodes.h"
 #include "ops.h"
 #include "strategy.h"
+#include "subtrees.h"
 #include "trig_cpu.h"
 
 // The row loops are compiled for several x86-64 levels and picked at load time (GCC function multiversioning,
@@ -246,11 +248,96 @@ void forward_rows(const Split& split, int64_t job, int64_t D, int64_t n_out, flo
   }
 }
 
+// ---- shared subtrees (subtrees.h): each distinct subtree of the population once per row ----
+
+// One thread's values of every graph node on a chunk of rows: a function node writes CHUNK floats of its own,
+// a variable points into X, a constant into rows filled once per call (`constant_rows`). The storage is the
+// thread's and stays between calls: a run evaluates graphs of about the same size every generation, and fresh
+// pages for each part of the rows cost about a tenth of the evaluation.
+struct GraphRows {
+  const SubtreeGraph& g;
+  std::vector<const float*>& at;
+  float* buf;  // not zeroed: every function node writes its rows before they are read
+
+  GraphRows(const SubtreeGraph& graph, const std::vector<float>& constant_rows) : g(graph), at(storage().at) {
+    Storage& s = storage();
+    const size_t floats = g.functions.size() * CHUNK;
+    if (s.capacity < floats) s.buf.reset(new float[floats]), s.capacity = floats;
+    buf = s.buf.get();
+    at.resize(g.size());
+    for (size_t j = 0; j < g.constants.size(); ++j) at[g.constants[j]] = constant_rows.data() + j * CHUNK;
+  }
+  void eval(const float* x, int64_t ld, int n, float* tmp) {
+    for (int32_t v : g.variables) at[v] = x + int64_t(g.code[v]) * ld;
+    for (size_t j = 0; j < g.functions.size(); ++j) {
+      const int32_t f = g.functions[j], *c = g.child.data() + 3 * int64_t(f);
+      float* dst = buf + j * CHUNK;
+      apply_rows(g.code[f], n, at[c[0]], at[c[1]], at[c[2]], dst, tmp);
+      at[f] = dst;
+    }
+  }
+  // emit(output, values) for each emission of tree t, in the interpreter's order
+  template <typename Emit>
+  void emit(int64_t t, Emit&& emit) const {
+    for (int64_t e = g.emit_begin[t]; e < g.emit_begin[t + 1]; ++e) emit(int(g.emit_out[e]), at[g.emit_node[e]]);
+  }
+
+ private:
+  struct Storage {
+    std::vector<const float*> at;
+    std::unique_ptr<float[]> buf;
+    size_t capacity = 0;
+  };
+  static Storage& storage() {
+    thread_local Storage s;
+    return s;
+  }
+};
+
+std::vector<float> constant_rows(const SubtreeGraph& g) {
+  std::vector<float> rows(g.constants.size() * CHUNK);
+  for (size_t j = 0; j < g.constants.size(); ++j)
+    std::fill_n(rows.begin() + j * CHUNK, CHUNK, g.value[g.constants[j]]);
+  return rows;
+}
+
+// `auto` builds the graph only where each thread gets a chunk of rows (the graph's parallelism is over rows;
+// the interpreter's also over trees) and there are at least this many rows: below them building the graph
+// (about 20 ns a node) costs more than it saves (2-core EPYC, Feynman populations of 2,000 trees).
+constexpr int64_t GRAPH_MIN_ROWS = 128;
+// A distinct function node costs about this many of the interpreter's node evaluations per row (it writes
+// rows of its own, where the interpreter reuses a few stack buffers that stay in L1).
+constexpr double GRAPH_NODE_COST = 1.5;
+// `auto` keeps the interpreter where a thread's rows of the graph's function nodes would pass this (65,536
+// distinct function nodes; a population of 10,000 random trees has about twice as many); `shared` takes any
+// size.
+constexpr size_t GRAPH_MAX_BYTES = size_t(64) << 20;
+
+// The graph of the population when `strategy` asks for it, or when `auto` finds it cheaper than the
+// interpreter (an empty optional: interpret).
+std::optional<SubtreeGraph> shared_graph(int64_t strategy, const at::Tensor& kind, const at::Tensor& code,
+                                         const at::Tensor& out, const at::Tensor& value, const at::Tensor& size,
+                                         int64_t D, int64_t n_in, int64_t n_out, int64_t max_stack) {
+  if (strategy != STRATEGY_SHARED) {
+    const int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
+    const int64_t chunks = (D + CHUNK - 1) / CHUNK;
+    if (strategy != STRATEGY_AUTO || D < GRAPH_MIN_ROWS || chunks < std::min(threads, PARTS_PER_TREE))
+      return std::nullopt;
+  }
+  SubtreeGraph g = build_subtree_graph(kind, code, out, value, size, n_in, n_out, max_stack);
+  // a constant is a fill per row in the interpreter, about a quarter of a function's cost
+  const double interpreted = double(g.function_nodes) + 0.25 * double(g.constant_nodes);
+  const double shared = GRAPH_NODE_COST * double(g.functions.size());
+  const bool fits = g.functions.size() * CHUNK * sizeof(float) <= GRAPH_MAX_BYTES;
+  if (strategy == STRATEGY_AUTO && (shared >= interpreted || !fits)) return std::nullopt;
+  return g;
+}
+
 at::Tensor forward_cpu(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,
                        const at::Tensor& size, const at::Tensor& Xt, int64_t n_out, int64_t max_stack,
                        int64_t strategy) {
   check_population(kind, code, out, value, size);
-  check_strategy(strategy, false, n_out);  // one schema with CUDA: checked, then ignored (one CPU mapping)
+  check_strategy(strategy, false, n_out, true);
   check_data(Xt, kind, "Xt");
   TORCH_CHECK(Xt.dim() == 2, "gprl: Xt must be [n_in, D]");
   int64_t P = kind.size(0), n_in = Xt.size(0), D = Xt.size(1);
@@ -259,6 +346,23 @@ at::Tensor forward_cpu(const at::Tensor& kind, const at::Tensor& code, const at:
   const float* xp = xc.data_ptr<float>();
   float* yp = Y.data_ptr<float>();
   Split split(P, D);
+  if (auto g = shared_graph(strategy, kind, code, out, value, size, D, n_in, n_out, max_stack)) {
+    // a job evaluates the graph on one part of the rows, then adds every tree's emissions
+    const std::vector<float> consts = constant_rows(*g);
+    run_jobs(split.parts, size, D, max_stack, [&](Scratch& scratch, int64_t p) {
+      GraphRows rows(*g, consts);
+      int64_t r_end = std::min(D, part_begin(p + 1, split.parts, split.chunks));
+      for (int64_t r0 = part_begin(p, split.parts, split.chunks); r0 < r_end; r0 += CHUNK) {
+        int n = int(std::min<int64_t>(CHUNK, r_end - r0));
+        rows.eval(xp + r0, D, n, scratch.tmp());
+        for (int64_t t = 0; t < P; ++t) {
+          float* y = yp + (t * D + r0) * n_out;
+          rows.emit(t, [&](int k, const float* v) { for (int r = 0; r < n; ++r) y[r * n_out + k] += v[r]; });
+        }
+      }
+    });
+    return Y;
+  }
   run_jobs(split.jobs(), size, D, max_stack, [&](Scratch& scratch, int64_t job) {
     forward_rows(split, job, D, n_out, yp, [&](int64_t t, int64_t r0, int n, auto&& emit) {
       eval_chunk(tree_at(kind, code, out, value, size, t), xp + r0, D, n_in, n_out, n, scratch, int(max_stack),
@@ -324,7 +428,7 @@ at::Tensor fitness_cpu(const at::Tensor& kind, const at::Tensor& code, const at:
                        const std::optional<at::Tensor>& weight, int64_t metric, int64_t max_stack,
                        int64_t strategy) {
   at::Tensor w = check_fitness_args(kind, code, out, value, size, Xt, yt, weight, metric);
-  check_strategy(strategy, true, yt.size(0));  // one schema with CUDA: checked, then ignored (one CPU mapping)
+  check_strategy(strategy, true, yt.size(0), true);
   int64_t P = kind.size(0), n_in = Xt.size(0), D = Xt.size(1), n_out = yt.size(0);
   const int nt = metric_terms(metric);
   at::Tensor xc = Xt.contiguous(), yc = yt.contiguous(), ystat;
@@ -335,21 +439,64 @@ at::Tensor fitness_cpu(const at::Tensor& kind, const at::Tensor& code, const at:
   // depend on the threads.
   Split split(P, D);
   std::vector<double> partial(split.jobs() * n_out * nt, 0.0);
-  run_jobs(split.jobs(), size, D, max_stack, [&](Scratch& scratch, int64_t job) {
-    int64_t t = split.tree(job), p = split.part(job);
-    TreeView tree = tree_at(kind, code, out, value, size, t);
+  // The terms of tree t on rows [r0, r0 + n) of part p, from its outputs' emissions (eval_tree(emit)).
+  auto add_terms = [&](int64_t t, int64_t p, int64_t r0, int n, float* pred, auto&& eval_tree) {
+    std::fill(pred, pred + n_out * CHUNK, 0.f);
+    eval_tree([&](int k, const float* v) { for (int r = 0; r < n; ++r) pred[k * CHUNK + r] += v[r]; });
     double* part = partial.data() + (t * split.parts + p) * n_out * nt;
-    float* pred = scratch.pred(n_out);
-    int64_t r_end = std::min(D, part_begin(p + 1, split.parts, split.chunks));
-    for (int64_t r0 = part_begin(p, split.parts, split.chunks); r0 < r_end; r0 += CHUNK) {
-      int n = int(std::min<int64_t>(CHUNK, r_end - r0));
-      std::fill(pred, pred + n_out * CHUNK, 0.f);
-      eval_chunk(tree, xp + r0, D, n_in, n_out, n, scratch, int(max_stack),
-                 [&](int k, const float* v) { for (int r = 0; r < n; ++r) pred[k * CHUNK + r] += v[r]; });
-      for (int64_t k = 0; k < n_out; ++k)
-        terms_rows(metric, n, pred + k * CHUNK, yp + k * D + r0, wp ? wp + r0 : nullptr, part + k * nt);
+    for (int64_t k = 0; k < n_out; ++k)
+      terms_rows(metric, n, pred + k * CHUNK, yp + k * D + r0, wp ? wp + r0 : nullptr, part + k * nt);
+  };
+  if (auto g = shared_graph(strategy, kind, code, out, value, size, D, n_in, n_out, max_stack)) {
+    // A job evaluates the graph on one part of the rows, then sums every tree's terms there. A tree whose one
+    // emission is a node's values (a single-output tree without Modi nodes) has that node's terms: a tree
+    // that repeats whole (elites, copies) reuses them. (0 + v, the interpreter's prediction, has v's terms.)
+    const std::vector<float> consts = constant_rows(*g);
+    std::vector<int32_t> root(P, -1), root_node;  // tree -> its slot among the distinct such nodes
+    if (n_out == 1) {
+      std::vector<int32_t> slot(g->size(), -1);
+      for (int64_t t = 0; t < P; ++t) {
+        if (g->emit_begin[t + 1] - g->emit_begin[t] != 1) continue;
+        const int32_t v = g->emit_node[g->emit_begin[t]];
+        if (slot[v] < 0) slot[v] = int32_t(root_node.size()), root_node.push_back(v);
+        root[t] = slot[v];
+      }
     }
-  });
+    run_jobs(split.parts, size, D, max_stack, [&](Scratch& scratch, int64_t p) {
+      GraphRows rows(*g, consts);
+      float* pred = scratch.pred(n_out);
+      std::vector<double> terms(root_node.size() * nt);
+      int64_t r_end = std::min(D, part_begin(p + 1, split.parts, split.chunks));
+      for (int64_t r0 = part_begin(p, split.parts, split.chunks); r0 < r_end; r0 += CHUNK) {
+        int n = int(std::min<int64_t>(CHUNK, r_end - r0));
+        rows.eval(xp + r0, D, n, scratch.tmp());
+        std::fill(terms.begin(), terms.end(), 0.0);
+        for (size_t i = 0; i < root_node.size(); ++i)
+          terms_rows(metric, n, rows.at[root_node[i]], yp + r0, wp ? wp + r0 : nullptr, terms.data() + i * nt);
+        for (int64_t t = 0; t < P; ++t) {
+          if (root[t] < 0) {
+            add_terms(t, p, r0, n, pred, [&](auto&& emit) { rows.emit(t, emit); });
+            continue;
+          }
+          double* part = partial.data() + (t * split.parts + p) * nt;
+          for (int j = 0; j < nt; ++j) part[j] += terms[root[t] * nt + j];
+        }
+      }
+    });
+  } else {
+    run_jobs(split.jobs(), size, D, max_stack, [&](Scratch& scratch, int64_t job) {
+      int64_t t = split.tree(job), p = split.part(job);
+      TreeView tree = tree_at(kind, code, out, value, size, t);
+      float* pred = scratch.pred(n_out);
+      int64_t r_end = std::min(D, part_begin(p + 1, split.parts, split.chunks));
+      for (int64_t r0 = part_begin(p, split.parts, split.chunks); r0 < r_end; r0 += CHUNK) {
+        int n = int(std::min<int64_t>(CHUNK, r_end - r0));
+        add_terms(t, p, r0, n, pred, [&](auto&& emit) {
+          eval_chunk(tree, xp + r0, D, n_in, n_out, n, scratch, int(max_stack), emit);
+        });
+      }
+    });
+  }
   double denom = double(D);
   if (wp) {
     denom = 0.0;

@@ -399,7 +399,7 @@ at::Tensor forward_cuda(const at::Tensor& kind, const at::Tensor& code, const at
                         const at::Tensor& value, const at::Tensor& size, const at::Tensor& Xt, int64_t n_out,
                         int64_t max_stack, int64_t strategy) {
   check_population(kind, code, out, value, size);
-  check_strategy(strategy, false, n_out);
+  check_strategy(strategy, false, n_out, false);
   check_data(Xt, kind, "Xt");
   TORCH_CHECK(Xt.dim() == 2, "gprl: Xt must be [n_in, D]");
   check_input_size(Xt);
@@ -461,7 +461,7 @@ at::Tensor fitness_cuda(const at::Tensor& kind, const at::Tensor& code, const at
                         const at::Tensor& yt, const std::optional<at::Tensor>& weight, int64_t metric,
                         int64_t max_stack, int64_t strategy) {
   at::Tensor w = check_fitness_args(kind, code, out, value, size, Xt, yt, weight, metric);
-  check_strategy(strategy, true, yt.size(0));
+  check_strategy(strategy, true, yt.size(0), false);
   check_input_size(Xt);
   c10::cuda::CUDAGuard guard(kind.device());
   const int64_t P = kind.size(0), L = kind.size(1), D = Xt.size(1), n_out = yt.size(0);

@@ -4,6 +4,13 @@ Random trees (ramped half-and-half), 8 inputs, {+, -, *, /, sin, cos, tan}; prin
     python scripts/bench_eval.py --device cuda
     python scripts/bench_eval.py --device cpu --pop 100 1000 --rows 60 392
 
+--evolved (CPU): the CPU strategies (gprl.strategy: interpreter, shared subtrees, auto) on the populations of
+a real regression run, SymbolicRegressor on Feynman I.9.18 with 10,000 training rows: generations within
+--seconds under each, whether --generations generations give the same model under each (they must: the
+strategies give the same bits), and at generations 1, 10 and 100 the share of function nodes that repeat a
+subtree already in the population and the fitness call's time under each strategy:
+    python scripts/bench_eval.py --evolved --seconds 60
+
 --strategies (CUDA): per cell, every fixed evaluation strategy (gprl.strategy) and the automatic choice;
 reports the best fixed one, the auto choice and auto/best (1.0: auto is as fast as the best fixed strategy).
 --op forward does the same for predictions over the shared rows:
@@ -20,6 +27,7 @@ import statistics
 import sys
 import time
 
+import numpy as np
 import torch
 
 from gprl import Dataset, Population
@@ -160,6 +168,81 @@ def strategy_cells(args, gen: torch.Generator) -> dict:
             "worst_pick_over_best": max((c["pick_over_best"] for c in cells), default=None)}
 
 
+def repeated_share(pop: Population) -> float:
+    """The share of function nodes whose subtree (node for node, constants by value) occurs earlier in the
+    population: the evaluations per row the shared strategy saves."""
+    kind, code, out, value, size = (t.tolist() for t in pop.tensors())
+    seen, functions, repeats = set(), 0, 0
+    for k, c, o, v, s in zip(kind, code, out, value, size):
+        keys = [None] * s[0]
+        for i in range(s[0] - 1, -1, -1):
+            children, j = [], i + 1
+            while j < i + s[i]:
+                children.append(keys[j])
+                j += s[j]
+            keys[i] = (k[i], c[i], o[i] if k[i] & 4 else 0, v[i] if k[i] & 3 == 2 else 0, tuple(children))
+            if k[i] & 3 == 3:
+                functions += 1
+                repeats += keys[i] in seen
+            seen.add(keys[i])
+    return repeats / functions
+
+
+def evolved(args) -> dict:
+    """The CPU strategies on a real regression run (--evolved)."""
+    import gprl
+    from gprl.sr.estimators import SymbolicRegressor
+
+    cpu = ("interpreter", "shared", None)  # None: auto
+    recorded: dict[int, Population] = {}
+
+    class Recorded(SymbolicRegressor):  # keeps the populations of generations 1, 10 and 100
+        def _report(self, generation, factor):
+            if generation.number in (1, 10, 100):
+                recorded[generation.number] = generation.populations[0].clone()
+            return super()._report(generation, factor)
+
+    data = gprl.datasets.load("feynman_I_9_18", n_samples=12_500, test_size=0.2, seed=0)
+    X, y = data.X_train, data.y_train
+
+    def fit(name, **kw):
+        gprl.set_strategy(name)
+        try:
+            return Recorded(random_state=0, device="cpu", callback=lambda _: None, **kw).fit(X, y)
+        finally:
+            gprl.set_strategy(None)
+
+    timed = {}
+    for name in cpu:
+        model = fit(name, generations=10**9, time_limit=args.seconds)
+        timed[name or "auto"] = {"generations": model.n_generations_,
+                                 "search_seconds": round(model.search_seconds_, 2)}
+        print(f"{name or 'auto'}: {model.n_generations_} generations in {args.seconds:g} s", file=sys.stderr,
+              flush=True)
+    fixed = [fit(name, generations=args.generations) for name in cpu]  # the auto run records the populations
+    first = fixed[0]
+    same = all(m.equations_.equals(first.equations_) and np.array_equal(m.predict(X), first.predict(X))
+               for m in fixed[1:])
+    # the training rows as the search sees them (the estimator's own scaling does not change the work)
+    train = Dataset(torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32))
+    cells = []
+    for g, pop in sorted(recorded.items()):
+        seconds = {name or "auto": time_call(lambda p=pop, s=name: p.fitness(train, strategy=s), "cpu",
+                                             args.repeats, args.budget) for name in cpu}
+        cells.append({"generation": g, "P": len(pop), "function_nodes": int((pop.kind & 3 == 3).sum()),
+                      "repeated_share": round(repeated_share(pop), 4), "seconds": seconds,
+                      "interpreter_over_auto": round(seconds["interpreter"] / seconds["auto"], 2)})
+        print(f"generation {g}: {cells[-1]['repeated_share']:.1%} repeated, fitness {seconds}",
+              file=sys.stderr, flush=True)
+    return {"benchmark": "cpu_strategies_evolved", "device": device_name("cpu"), "torch": torch.__version__,
+            "dataset": "feynman_I_9_18", "train_rows": len(X), "population_size": first.population_size,
+            "seconds": args.seconds, "generations_within_seconds": timed,
+            "auto_over_interpreter_generations": round(timed["auto"]["generations"]
+                                                       / timed["interpreter"]["generations"], 2),
+            "fixed_generations": args.generations, "same_model_under_every_strategy": bool(same),
+            "populations": cells}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -177,8 +260,18 @@ def main() -> None:
                     help="time every fixed evaluation strategy and the automatic choice per cell (CUDA)")
     ap.add_argument("--op", choices=["fitness", "forward"], default="fitness",
                     help="with --strategies: the op to time")
+    ap.add_argument("--evolved", action="store_true",
+                    help="the CPU strategies on a SymbolicRegressor run on Feynman I.9.18 (10,000 rows)")
+    ap.add_argument("--seconds", type=float, default=60.0, help="with --evolved: the time limit of a fit")
+    ap.add_argument("--generations", type=int, default=100,
+                    help="with --evolved: generations of the fits compared (>= 100 records all three)")
     args = ap.parse_args()
     gen = torch.Generator().manual_seed(0)
+    if args.evolved:
+        if args.seconds <= 0 or args.generations < 1:
+            ap.error("--seconds must be > 0 and --generations >= 1")
+        print(json.dumps(evolved(args), indent=1))
+        return
     if args.strategies:
         if args.device != "cuda":
             ap.error("--strategies needs a CUDA device: strategies are CUDA mappings")

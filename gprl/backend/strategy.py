@@ -1,4 +1,4 @@
-"""Evaluation strategies of the CUDA kernels, and the calibrated cost model that picks one per call.
+"""Evaluation strategies of the kernels, and the cost models that pick one per call.
 
 A strategy names which of the CUDA evaluation kernels (``kernels/eval_cuda.cu``,
 ``kernels/eval_level_cuda.cu``) a ``fitness`` or ``forward`` call launches, and how many rows each thread
@@ -23,6 +23,14 @@ run 1 row per thread under every hybrid strategy; multi-output ``fitness`` is li
 (the built-in heuristic falls back); ``level`` keeps ~32 bytes per node slot, plus 4 per node slot and row,
 in shared memory and takes ``max_len`` up to 1024 (it fits every GPU with 64 KiB of shared memory per block).
 
+The CPU kernels have two mappings of ``fitness`` and ``forward``, which give the same bits:
+
+=============== ========================================================================================
+``interpreter`` each tree interpreted over chunks of 256 rows (the CUDA names run it too on the CPU)
+``shared``      the population's distinct subtrees (``kernels/subtrees.h``: equal node for node, anywhere
+                in the population) each evaluated once per row, then each tree's outputs read from them
+=============== ========================================================================================
+
 Which one runs (first match wins): the call's ``strategy=`` argument; :func:`set_strategy` (initially the
 ``GPRL_STRATEGY`` environment variable; it applies to the calls that can run that strategy); else ``auto``.
 ``auto`` on a CUDA device: an op's first call on a device measures every strategy on a grid of population
@@ -30,7 +38,9 @@ sizes and row counts (single calls between CUDA events; cached as JSON under the
 by device name, kernel build and torch version), predicts a call's time by interpolating that table in log
 space, takes the fastest, and memoises the decision per (op, device, P, D, n_out), shared by populations
 within ~25% in size. If calibration fails, gprl warns once and uses the kernels' built-in heuristic (id -1).
-On the CPU the kernels have one mapping; the name is only checked.
+``auto`` on the CPU: ``shared`` where the population's graph of distinct subtrees costs less than
+interpreting every tree (a population of a regression run repeats most of its subtrees: about half of its
+function nodes at the first generation, nine tenths by the hundredth), else the interpreter.
 """
 
 from __future__ import annotations
@@ -55,7 +65,8 @@ from gprl.core.seeds import seed_from
 
 AUTO = -1
 # kernels/strategy.h (0 is free)
-IDS = {"warp": 1, "hybrid_r1": 2, "hybrid_r2": 3, "hybrid_r4": 4, "level": 5}
+IDS = {"warp": 1, "hybrid_r1": 2, "hybrid_r2": 3, "hybrid_r4": 4, "level": 5, "shared": 6, "interpreter": 7}
+CPU_STRATEGIES = ("interpreter", "shared")  # the CPU's own mappings, of both ops
 OP_STRATEGIES = {
     "fitness": ("level", "warp", "hybrid_r1", "hybrid_r2", "hybrid_r4"),
     "forward": ("level", "hybrid_r1", "hybrid_r2", "hybrid_r4"),
@@ -64,7 +75,7 @@ HYBRID_ROWS = {"hybrid_r1": 1, "hybrid_r2": 2, "hybrid_r4": 4}
 MULTI_OUTPUT_SMEM_LIMIT = 96 * 1024  # kernels/strategy.h
 # level strategy: ~36 bytes per node slot (one row) fit 64 KiB of shared memory (LevelLayout)
 LEVEL_MAX_LEN = 1024
-_OP_IDS = {op: {n: IDS[n] for n in names} for op, names in OP_STRATEGIES.items()}
+_OP_IDS = {op: {n: IDS[n] for n in (*names, *CPU_STRATEGIES)} for op, names in OP_STRATEGIES.items()}
 
 # Probe grid: trees P x rows per tree D, a factor 4 apart. Cells above MAX_PROBE_WORK (P * D) are not
 # timed: there the GPU is saturated (16M rows are ~15 waves of an H100) and time grows with the work,
@@ -83,13 +94,13 @@ TimeFn = Callable[[str, str, int, int, int, float], "float | None"]
 
 
 def names(op: str) -> tuple[str, ...]:
-    """The strategies `op` ("fitness" or "forward") accepts."""
+    """The CUDA strategies of `op` ("fitness" or "forward")."""
     return OP_STRATEGIES[op]
 
 
 def _invalid(op: str, name) -> ValueError:
-    return ValueError(f"strategy={name!r} is not a strategy of {op}; "
-                      f"choose one of {['auto', *OP_STRATEGIES[op]]}")
+    return ValueError(f"strategy={name!r} is not a strategy of {op}; choose one of "
+                      f"{['auto', *OP_STRATEGIES[op]]} (CUDA) or {list(CPU_STRATEGIES)} (CPU)")
 
 
 def hybrid_threads(D: int, rows: int) -> int:
@@ -104,6 +115,9 @@ def unavailable(op: str, name: str, D: int, n_out: int, max_len: int = 1) -> str
     CUDA device (None: it can).
 
     The kernels raise the same errors (kernels/strategy.h, fitness_cuda)."""
+    if name in CPU_STRATEGIES:
+        return (f"strategy {name!r} evaluates on the CPU only; on a CUDA device choose one of "
+                f"{['auto', *OP_STRATEGIES[op]]}")
     if name == "level" and max_len > LEVEL_MAX_LEN:
         return (f"strategy 'level' takes max_len up to {LEVEL_MAX_LEN} (its trees' values live in shared "
                 f"memory), got {max_len}; choose 'auto' or a hybrid strategy")

@@ -65,9 +65,13 @@ def small_problem():
 # ---- names and overrides ----
 def test_strategy_names_are_validated():
     pop, data, X = small_problem()
-    with pytest.raises(ValueError,
-                       match=r"\['auto', 'level', 'warp', 'hybrid_r1', 'hybrid_r2', 'hybrid_r4'\]"):
+    cuda = r"\['auto', 'level', 'warp', 'hybrid_r1', 'hybrid_r2', 'hybrid_r4'\] \(CUDA\)"
+    with pytest.raises(ValueError, match=cuda + r" or \['interpreter', 'shared'\] \(CPU\)"):
         pop.fitness(data, strategy="fastest")
+    with pytest.raises(ValueError, match="'shared' evaluates on the CPU only; on a CUDA device choose one"):
+        strategy.choose("fitness", "shared", CUDA0, 30, 50)  # the name's rule: no GPU needed to check it
+    with pytest.raises(ValueError, match="'interpreter' evaluates on the CPU only"):
+        strategy.choose("forward", "interpreter", CUDA0, 30, 50)
     with pytest.raises(ValueError,
                        match=r"not a strategy of forward; choose one of \['auto', 'level', 'hybrid_r1'"):
         pop.forward(X, strategy="warp")  # warp is fitness's only
@@ -91,15 +95,15 @@ def test_kernels_check_strategy_ids():
     args = (*pop.tensors(), data.Xt, data.yt, None, 0, pop.max_stack())
     fwd = (*pop.tensors(), data.Xt, 1, pop.max_stack())
     base, base_fwd = torch.ops.gprl.fitness(*args), torch.ops.gprl.forward(*fwd)
-    for sid in (-1, *IDS.values()):  # the CPU accepts every id of fitness and ignores it
+    for sid in (-1, *IDS.values()):  # the CPU takes every id of fitness: its own two, the CUDA ones interpret
         assert torch.equal(torch.ops.gprl.fitness(*args, sid), base)
-    for sid in (-1, 2, 3, 4, 5):
+    for sid in (-1, 2, 3, 4, 5, 6, 7):
         assert torch.equal(torch.ops.gprl.forward(*fwd, sid), base_fwd)
-    for bad in (0, 6, 7, -2, 1 << 40):
+    for bad in (0, 8, -2, 1 << 40):
         with pytest.raises(RuntimeError,
                            match=r"strategy .* valid ids: -1 \(auto\), 1 \(warp\), 2 \(hybrid_r1\)"):
             torch.ops.gprl.fitness(*args, bad)
-    for bad in (0, 1, 6, -2):
+    for bad in (0, 1, 8, -2):
         with pytest.raises(RuntimeError,
                            match=r"not a strategy of forward; valid ids: -1 \(auto\), 2 \(hybrid_r1\)"):
             torch.ops.gprl.forward(*fwd, bad)
@@ -154,8 +158,11 @@ def test_overrides_reach_the_ops(monkeypatch):
     gprl.set_strategy("hybrid_r2")
     pop.forward(X)
     pop.fitness(data)
+    gprl.set_strategy("shared")  # the CPU's: both ops, any output count
+    multi.fitness(X, torch.rand(50, 2))
+    pop.forward(X)
     assert spy.calls == [("fitness", 1), ("forward", -1), ("fitness", 2), ("fitness", -1), ("forward", 3),
-                         ("fitness", 3)]
+                         ("fitness", 3), ("fitness", 6), ("forward", 6)]
     gprl.set_strategy("auto")
     assert gprl.get_strategy() is None
 
@@ -166,6 +173,9 @@ def test_every_strategy_gives_the_same_result_on_cpu():
     for s in names("fitness"):
         assert torch.equal(pop.fitness(data, strategy=s), base)
     for s in names("forward"):
+        assert torch.equal(pop.forward(X, strategy=s), pop.forward(X))
+    for s in strategy.CPU_STRATEGIES:
+        assert torch.equal(pop.fitness(data, strategy=s), base)
         assert torch.equal(pop.forward(X, strategy=s), pop.forward(X))
 
 
