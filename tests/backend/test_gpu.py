@@ -232,12 +232,17 @@ def test_invalid_strategy_ids_raise_on_cuda():
     _, pop = pair(50, 3, 1, seed=3)
     Xt, yt = torch.rand(3, 70, device="cuda"), torch.rand(1, 70, device="cuda")
     ops = torch.ops.gprl
-    for bad in (0, 6, 7, -2, 1 << 40):
+    for bad in (0, 8, -2, 1 << 40):
         with pytest.raises(RuntimeError, match=r"valid ids: -1 \(auto\), 1 \(warp\)"):
             ops.fitness(*pop.tensors(), Xt, yt, None, 0, pop.max_stack(), bad)
-    for bad in (0, 1, 6, -2):
+    for bad in (0, 1, 8, -2):
         with pytest.raises(RuntimeError, match=r"valid ids: -1 \(auto\), 2 \(hybrid_r1\)"):
             ops.forward(*pop.tensors(), Xt, 1, pop.max_stack(), bad)
+    for cpu_only in (6, 7):  # shared, interpreter
+        with pytest.raises(RuntimeError, match=r"evaluates on the CPU only; valid ids on a CUDA device: -1"):
+            ops.fitness(*pop.tensors(), Xt, yt, None, 0, pop.max_stack(), cpu_only)
+        with pytest.raises(RuntimeError, match=r"evaluates on the CPU only"):
+            ops.forward(*pop.tensors(), Xt, 1, pop.max_stack(), cpu_only)
     torch.cuda.synchronize()  # nothing was launched: the device is still fine
     assert torch.isfinite(ops.fitness(*pop.tensors(), Xt, yt, None, 0, pop.max_stack(), 1)).all()
 
