@@ -301,36 +301,48 @@ std::vector<float> constant_rows(const SubtreeGraph& g) {
   return rows;
 }
 
-// `auto` builds the graph only where each thread gets a chunk of rows (the graph's parallelism is over rows;
-// the interpreter's also over trees) and there are at least this many rows: below them building the graph
-// (about 20 ns a node) costs more than it saves (2-core EPYC, Feynman populations of 2,000 trees).
-constexpr int64_t GRAPH_MIN_ROWS = 128;
-// A distinct function node costs about this many of the interpreter's node evaluations per row (it writes
-// rows of its own, where the interpreter reuses a few stack buffers that stay in L1).
+// `auto` builds the graph only from this many rows, and takes it where its estimated time is below the
+// interpreter's: building costs about GRAPH_BUILD_COST node evaluations of the interpreter per node read, a
+// distinct function node about GRAPH_NODE_COST per row (it writes rows of its own, where the interpreter reuses a
+// few stack buffers that stay in L1); the graph's parallelism is over chunks of rows, the interpreter's also over
+// trees. Measured on a 2-core EPYC (2 threads): Feynman populations of 2,000 trees from a run's generations
+// 1-100 take 0.2-0.7x the interpreter's time at 1,024 rows and more; random populations of 1,000-10,000 trees,
+// where 30% of the function nodes repeat, 0.7-0.75x at 20,640 rows but up to 1.4x at 392 (the build).
+constexpr int64_t GRAPH_MIN_ROWS = 1024;
+constexpr double GRAPH_BUILD_COST = 32.0;
 constexpr double GRAPH_NODE_COST = 1.5;
-// `auto` keeps the interpreter where a thread's rows of the graph's function nodes would pass this (65,536
-// distinct function nodes; a population of 10,000 random trees has about twice as many); `shared` takes any
-// size.
-constexpr size_t GRAPH_MAX_BYTES = size_t(64) << 20;
+// `auto` keeps the interpreter where a thread's rows of the graph's function nodes would pass this (16,384
+// distinct function nodes; a Feynman run's 2,000 trees have 4,000-6,000): rows that spill out of the caches
+// cost more than the interpreter's.
+constexpr size_t GRAPH_MAX_BYTES = size_t(16) << 20;
 
 // The graph of the population when `strategy` asks for it, or when `auto` finds it cheaper than the
 // interpreter (an empty optional: interpret).
 std::optional<SubtreeGraph> shared_graph(int64_t strategy, const at::Tensor& kind, const at::Tensor& code,
                                          const at::Tensor& out, const at::Tensor& value, const at::Tensor& size,
                                          int64_t D, int64_t n_in, int64_t n_out, int64_t max_stack) {
-  if (strategy != STRATEGY_SHARED) {
-    const int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
-    const int64_t chunks = (D + CHUNK - 1) / CHUNK;
-    if (strategy != STRATEGY_AUTO || D < GRAPH_MIN_ROWS || chunks < std::min(threads, PARTS_PER_TREE))
-      return std::nullopt;
+  if (strategy == STRATEGY_SHARED)
+    return build_subtree_graph(kind, code, out, value, size, n_in, n_out, max_stack, SIZE_MAX);
+  if (strategy != STRATEGY_AUTO || D < GRAPH_MIN_ROWS) return std::nullopt;
+  // the interpreter's time, and the most distinct function nodes at which the graph's is still below it: the
+  // build stops there (a constant is a fill per row in the interpreter, about a quarter of a function's cost)
+  const int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
+  const int64_t graph_threads = std::min(threads, Split(1, D).parts);
+  int64_t nodes = 0, functions = 0, constants = 0;
+  const uint8_t* k = kind.data_ptr<uint8_t>();
+  for (int64_t t = 0, L = kind.size(1); t < kind.size(0); ++t) {
+    const int len = L > 0 ? std::clamp<int>(size.data_ptr<int16_t>()[t * L], 0, int(L)) : 0;
+    nodes += len;
+    for (int i = 0; i < len; ++i) {
+      const uint8_t node = k[t * L + i] & KIND_MASK;
+      functions += node == FUNC, constants += node == CONST;
+    }
   }
-  SubtreeGraph g = build_subtree_graph(kind, code, out, value, size, n_in, n_out, max_stack);
-  // a constant is a fill per row in the interpreter, about a quarter of a function's cost
-  const double interpreted = double(g.function_nodes) + 0.25 * double(g.constant_nodes);
-  const double shared = GRAPH_NODE_COST * double(g.functions.size());
-  const bool fits = g.functions.size() * CHUNK * sizeof(float) <= GRAPH_MAX_BYTES;
-  if (strategy == STRATEGY_AUTO && (shared >= interpreted || !fits)) return std::nullopt;
-  return g;
+  const double interpreted = (double(functions) + 0.25 * double(constants)) * double(D) / double(threads);
+  const double room = (interpreted - GRAPH_BUILD_COST * double(nodes)) / (GRAPH_NODE_COST * double(D) / graph_threads);
+  const double most = std::min(room, double(GRAPH_MAX_BYTES / (CHUNK * sizeof(float))));
+  if (most < 1) return std::nullopt;
+  return build_subtree_graph(kind, code, out, value, size, n_in, n_out, max_stack, size_t(most));
 }
 
 at::Tensor forward_cpu(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,

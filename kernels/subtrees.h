@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,6 @@ struct SubtreeGraph {
   std::vector<int64_t> emit_begin;
   std::vector<uint8_t> emit_out;
   std::vector<int32_t> emit_node;
-  int64_t function_nodes = 0;  // function nodes of the population, the interpreter's evaluations per row
-  int64_t constant_nodes = 0;  // constant nodes, each a fill per row in the interpreter
 
   int64_t size() const { return int64_t(kind.size()); }
 };
@@ -42,54 +41,60 @@ struct SubtreeGraph {
 namespace subtrees_detail {
 
 // Open addressing over 16-byte keys (kind | code, then three node ids or a constant's bits); a probe reads
-// one slot of 24 bytes.
+// one slot of 24 bytes. It doubles at half full: a build that stops early (max_functions) never paid for a
+// table of the whole population.
 struct Table {
   struct Slot {
     uint64_t k0, k1;
     int32_t id;  // -1: empty
   };
-  std::vector<Slot> slots;
-  uint64_t mask;
-  explicit Table(int64_t n) {
-    uint64_t cap = 64;
-    while (cap < uint64_t(2 * n)) cap <<= 1;
-    slots.assign(cap, Slot{0, 0, -1}), mask = cap - 1;
-  }
+  std::vector<Slot> slots = std::vector<Slot>(1024, Slot{0, 0, -1});
+  uint64_t mask = 1023, used = 0;
+
   static uint64_t mix(uint64_t x) {  // splitmix64's finaliser
     x ^= x >> 30, x *= 0xBF58476D1CE4E5B9ull, x ^= x >> 27, x *= 0x94D049BB133111EBull;
     return x ^ (x >> 31);
   }
-  // The node of key (a, b), or `fresh` (stored under the key) when it is new.
-  int32_t find_or_add(uint64_t a, uint64_t b, int32_t fresh) {
+  Slot& probe(uint64_t a, uint64_t b) {
     for (uint64_t h = mix(a ^ mix(b)) & mask;; h = (h + 1) & mask) {
       Slot& s = slots[h];
-      if (s.id < 0) {
-        s = Slot{a, b, fresh};
-        return fresh;
-      }
-      if (s.k0 == a && s.k1 == b) return s.id;
+      if (s.id < 0 || (s.k0 == a && s.k1 == b)) return s;
     }
+  }
+  // The node of key (a, b), or `fresh` (stored under the key) when it is new.
+  int32_t find_or_add(uint64_t a, uint64_t b, int32_t fresh) {
+    Slot& s = probe(a, b);
+    if (s.id >= 0) return s.id;
+    s = Slot{a, b, fresh};
+    if (2 * ++used > slots.size()) {
+      std::vector<Slot> old(2 * slots.size(), Slot{0, 0, -1});
+      old.swap(slots);
+      mask = slots.size() - 1;
+      for (const Slot& o : old)
+        if (o.id >= 0) probe(o.k0, o.k1) = o;
+    }
+    return fresh;
   }
 };
 
 }  // namespace subtrees_detail
 
-// The graph of trees [0, P) of a population ([P, L] tensors on the CPU, checked by check_population). Trees
-// are read as the interpreters read them (a stack over reverse prefix order), with the same checks.
-inline SubtreeGraph build_subtree_graph(const at::Tensor& kind_t, const at::Tensor& code_t, const at::Tensor& out_t,
-                                        const at::Tensor& value_t, const at::Tensor& size_t_, int64_t n_in,
-                                        int64_t n_out, int64_t max_stack) {
+// The graph of trees [0, P) of a population ([P, L] tensors on the CPU, checked by check_population), or none
+// once it holds more than `max_functions` distinct function nodes. Trees are read as the interpreters read them
+// (a stack over reverse prefix order), with the same checks.
+inline std::optional<SubtreeGraph> build_subtree_graph(const at::Tensor& kind_t, const at::Tensor& code_t,
+                                                       const at::Tensor& out_t, const at::Tensor& value_t,
+                                                       const at::Tensor& size_t_, int64_t n_in, int64_t n_out,
+                                                       int64_t max_stack, size_t max_functions) {
   const int64_t P = kind_t.size(0), L = kind_t.size(1);
   const uint8_t* kinds = kind_t.data_ptr<uint8_t>();
   const int16_t* codes = code_t.data_ptr<int16_t>();
   const uint8_t* outs = out_t.data_ptr<uint8_t>();
   const float* values = value_t.data_ptr<float>();
   const int16_t* sizes = size_t_.data_ptr<int16_t>();
-  int64_t total = 0;
-  for (int64_t t = 0; t < P; ++t) total += L > 0 ? std::max<int16_t>(sizes[t * L], 0) : 0;
   SubtreeGraph g;
   g.emit_begin.reserve(P + 1);
-  subtrees_detail::Table table(total);
+  subtrees_detail::Table table;
   std::vector<int32_t> stack(std::max<int64_t>(max_stack, 1));
   auto node = [&](uint8_t k, int16_t c, float v, int32_t a, int32_t b, int32_t d) {
     uint32_t bits = 0;
@@ -119,8 +124,8 @@ inline SubtreeGraph build_subtree_graph(const at::Tensor& kind_t, const at::Tens
         TORCH_CHECK(sp >= ar, "gprl: malformed tree (a function node lacks children); check it with gprl.validate");
         const int32_t a = stack[sp - 1], b = ar >= 2 ? stack[sp - 2] : a, c = ar >= 3 ? stack[sp - 3] : a;
         sp -= ar - 1;  // the result takes the last child's slot
-        ++g.function_nodes;
         const int32_t f = node(FUNC, int16_t(fn), 0.f, a, b, c);
+        if (g.functions.size() > max_functions) return std::nullopt;
         if (kinds[o + i] & OUTPUT_FLAG) {  // Modi: emits f, passes the last child's value (its slot) up
           TORCH_CHECK(outs[o + i] < n_out, "gprl: output index ", std::to_string(outs[o + i]), " >= n_out ",
                       std::to_string(n_out));
@@ -136,7 +141,6 @@ inline SubtreeGraph build_subtree_graph(const at::Tensor& kind_t, const at::Tens
                     " >= n_in ", std::to_string(n_in));
         stack[sp++] = node(VAR, codes[o + i], 0.f, 0, 0, 0);
       } else {  // CONST (PAD never lies inside a tree)
-        ++g.constant_nodes;
         stack[sp++] = node(CONST, 0, values[o + i], 0, 0, 0);
       }
     }

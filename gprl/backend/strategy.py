@@ -38,9 +38,10 @@ sizes and row counts (single calls between CUDA events; cached as JSON under the
 by device name, kernel build and torch version), predicts a call's time by interpolating that table in log
 space, takes the fastest, and memoises the decision per (op, device, P, D, n_out), shared by populations
 within ~25% in size. If calibration fails, gprl warns once and uses the kernels' built-in heuristic (id -1).
-``auto`` on the CPU: ``shared`` where the population's graph of distinct subtrees costs less than
-interpreting every tree (a population of a regression run repeats most of its subtrees: about half of its
-function nodes at the first generation, nine tenths by the hundredth), else the interpreter.
+``auto`` on the CPU: ``shared`` from 1,024 rows where the population's graph of distinct subtrees (its build
+and a row of each distinct node) is estimated to cost less than interpreting every tree, else the interpreter:
+a population of a regression run repeats most of its subtrees (about half of its function nodes at the first
+generation, nine tenths by the hundredth), a random one about a third.
 """
 
 from __future__ import annotations
