@@ -201,7 +201,7 @@ def test_fitness_is_deterministic():
 
 def test_fitness_and_forward_do_not_depend_on_threads():
     # enough work for the CPU kernels to use every thread; jobs are handed out dynamically,
-    # results must not move
+    # results must not move (the interpreter's and the shared subtrees' alike)
     pop = random_population(400, 3, 2, seed=6, max_len=64, max_depth=6)
     X = torch.from_numpy(ref.random_inputs(np.random.default_rng(6), (3000, 3)))
     y = torch.randn(3000, 2)
@@ -210,7 +210,8 @@ def test_fitness_and_forward_do_not_depend_on_threads():
         runs = []
         for n in (1, 2, 3):
             torch.set_num_threads(n)
-            runs.append((pop.fitness(X, y), pop.forward(X), pop.forward(X[:6].expand(400, 6, 3))))
+            runs.append((pop.fitness(X, y), pop.forward(X), pop.forward(X[:6].expand(400, 6, 3)),
+                         pop.fitness(X, y, strategy="shared"), pop.forward(X, strategy="shared")))
     finally:
         torch.set_num_threads(threads)
     for run in runs[1:]:

@@ -1,6 +1,9 @@
 """The CPU's shared-subtree evaluation (kernels/subtrees.h): the interpreter's bits on populations that repeat
 their subtrees, as evolved ones do."""
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +12,13 @@ import gprl
 from gprl import Population
 from tests.core.test_eval import random_population
 from tests.reference import evaluator as ref
+
+# the benchmark's count of repeated subtrees (scripts/bench_eval.py --evolved), checked below by hand
+_spec = importlib.util.spec_from_file_location(
+    "bench_eval", Path(__file__).resolve().parents[2] / "scripts" / "bench_eval.py")
+bench_eval = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_eval)
+repeated_share = bench_eval.repeated_share
 
 
 def bred_population(n_out: int, seed: int, parents: int = 150) -> Population:
@@ -20,24 +30,11 @@ def bred_population(n_out: int, seed: int, parents: int = 150) -> Population:
     return pop
 
 
-def repeated_share(pop: Population) -> float:
-    """The share of function nodes whose subtree (node for node, constants by value) occurs earlier in the
-    population: what the shared path saves, counted independently of the kernels."""
-    kind, code, out, value, size = (t.tolist() for t in pop.tensors())
-    seen, functions, repeats = set(), 0, 0
-    for k, c, o, v, s in zip(kind, code, out, value, size):
-        keys = [None] * s[0]
-        for i in range(s[0] - 1, -1, -1):
-            children, j = [], i + 1
-            while j < i + s[i]:
-                children.append(keys[j])
-                j += s[j]
-            keys[i] = (k[i], c[i], o[i] if k[i] & 4 else 0, v[i] if k[i] & 3 == 2 else 0, tuple(children))
-            if k[i] & 3 == 3:
-                functions += 1
-                repeats += keys[i] in seen
-            seen.add(keys[i])
-    return repeats / functions
+def test_repeated_share_by_hand():
+    # add(sin(x0*x1), x0*x1) and x0*x1: of 5 function nodes the second and third x0*x1 repeat the first
+    pop = Population.from_expressions(["sin(x0*x1) + x0*x1", "x0*x1"], n_in=2)
+    assert repeated_share(pop) == pytest.approx(2 / 5)
+    assert repeated_share(Population.from_expressions(["x0 + x1", "x0 - x1"], n_in=2)) == 0
 
 
 def assert_same_bits(a: torch.Tensor, b: torch.Tensor) -> None:
@@ -65,23 +62,6 @@ def test_shared_subtrees_give_the_interpreters_bits(n_out):
                 assert_same_bits(got, pop.fitness(X, y, metric, weight=weight, strategy="interpreter",
                                                   scaling=scaling))
                 assert_same_bits(got, pop.fitness(X, y, metric, weight=weight, scaling=scaling))
-
-
-def test_shared_subtrees_do_not_depend_on_threads():
-    pop = bred_population(2, seed=5, parents=400)
-    X = torch.from_numpy(ref.random_inputs(np.random.default_rng(6), (5000, 3)))
-    y = torch.randn(5000, 2)
-    threads = torch.get_num_threads()
-    try:
-        runs = []
-        for n in (1, 2, 3):
-            torch.set_num_threads(n)
-            runs.append((pop.fitness(X, y, strategy="shared"), pop.forward(X, strategy="shared")))
-    finally:
-        torch.set_num_threads(threads)
-    for run in runs[1:]:
-        for a, b in zip(runs[0], run):
-            assert_same_bits(a, b)
 
 
 def test_shared_subtrees_of_single_nodes_and_modi_roots():
