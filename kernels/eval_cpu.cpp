@@ -1,7 +1,9 @@
 // CPU evaluation: trees are interpreted once per chunk of rows, so the per-node dispatch is amortised
 // over CHUNK rows and the inner loops over rows vectorise. The evaluation stack holds pointers: a variable
 // is read where it lies in X (no copy) and a function writes into the buffer of its stack slot, which may be
-// one of its own arguments (element r is read before it is written), so no node copies its values.
+// one of its own arguments (element r is read before it is written), so no node copies its values. The
+// shared-subtree mapping (STRATEGY_SHARED, and `auto` where it pays) evaluates the population's graph of
+// distinct subtrees (subtrees.h) chunk by chunk instead, then reads each tree's outputs from it.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -307,7 +309,8 @@ std::vector<float> constant_rows(const SubtreeGraph& g) {
 // few stack buffers that stay in L1); the graph's parallelism is over chunks of rows, the interpreter's also over
 // trees. Measured on a 2-core EPYC (2 threads): Feynman populations of 2,000 trees from a run's generations
 // 1-100 take 0.2-0.7x the interpreter's time at 1,024 rows and more; random populations of 1,000-10,000 trees,
-// where 30% of the function nodes repeat, 0.7-0.75x at 20,640 rows but up to 1.4x at 392 (the build).
+// where 30% of the function nodes repeat, 0.7-0.75x at 20,640 rows but up to 1.4x at 392 (the build) under
+// `shared`, and `auto` keeps them on the interpreter.
 constexpr int64_t GRAPH_MIN_ROWS = 1024;
 constexpr double GRAPH_BUILD_COST = 32.0;
 constexpr double GRAPH_NODE_COST = 1.5;
