@@ -324,20 +324,20 @@ constexpr size_t GRAPH_MAX_BYTES = size_t(16) << 20;
 std::optional<SubtreeGraph> shared_graph(int64_t strategy, const at::Tensor& kind, const at::Tensor& code,
                                          const at::Tensor& out, const at::Tensor& value, const at::Tensor& size,
                                          int64_t D, int64_t n_in, int64_t n_out, int64_t max_stack) {
-  if (strategy == STRATEGY_SHARED)
-    return build_subtree_graph(kind, code, out, value, size, n_in, n_out, max_stack, SIZE_MAX);
+  const int64_t P = kind.size(0);
+  auto tree = [&](int64_t t) { return tree_at(kind, code, out, value, size, t); };
+  if (strategy == STRATEGY_SHARED) return build_subtree_graph(P, tree, n_in, n_out, max_stack, SIZE_MAX);
   if (strategy != STRATEGY_AUTO || D < GRAPH_MIN_ROWS) return std::nullopt;
   // the interpreter's time, and the most distinct function nodes at which the graph's is still below it: the
   // build stops there (a constant is a fill per row in the interpreter, about a quarter of a function's cost)
   const int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
   const int64_t graph_threads = std::min(threads, Split(1, D).parts);
   int64_t nodes = 0, functions = 0, constants = 0;
-  const uint8_t* k = kind.data_ptr<uint8_t>();
-  for (int64_t t = 0, L = kind.size(1); t < kind.size(0); ++t) {
-    const int len = L > 0 ? std::clamp<int>(size.data_ptr<int16_t>()[t * L], 0, int(L)) : 0;
-    nodes += len;
-    for (int i = 0; i < len; ++i) {
-      const uint8_t node = k[t * L + i] & KIND_MASK;
+  for (int64_t t = 0; t < P; ++t) {
+    const TreeView v = tree(t);
+    nodes += v.len;
+    for (int i = 0; i < v.len; ++i) {
+      const uint8_t node = v.kind[i] & KIND_MASK;
       functions += node == FUNC, constants += node == CONST;
     }
   }
@@ -345,7 +345,7 @@ std::optional<SubtreeGraph> shared_graph(int64_t strategy, const at::Tensor& kin
   const double room = (interpreted - GRAPH_BUILD_COST * double(nodes)) / (GRAPH_NODE_COST * double(D) / graph_threads);
   const double most = std::min(room, double(GRAPH_MAX_BYTES / (CHUNK * sizeof(float))));
   if (most < 1) return std::nullopt;
-  return build_subtree_graph(kind, code, out, value, size, n_in, n_out, max_stack, size_t(most));
+  return build_subtree_graph(P, tree, n_in, n_out, max_stack, size_t(most));
 }
 
 at::Tensor forward_cpu(const at::Tensor& kind, const at::Tensor& code, const at::Tensor& out, const at::Tensor& value,

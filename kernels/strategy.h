@@ -36,7 +36,8 @@ inline int hybrid_rows(int64_t s) { return s == STRATEGY_HYBRID_R4 ? 4 : (s == S
 constexpr size_t MULTI_OUTPUT_SMEM_LIMIT = 96 * 1024;
 
 // Checks that `fitness` (else `forward`) supports strategy `s` for `n_out` outputs on the CPU (else a CUDA
-// device); the message names the valid ids. Shared by the CPU and CUDA implementations (numbers through std::to_string: ops.h says why).
+// device); the message names the valid ids. Shared by the CPU and CUDA implementations (numbers through
+// std::to_string: ops.h says why).
 inline void check_strategy(int64_t s, bool fitness, int64_t n_out, bool cpu) {
   if (s == STRATEGY_SHARED || s == STRATEGY_INTERPRETER) {  // every op and output count, on the CPU
     TORCH_CHECK(cpu, "gprl: strategy ", std::to_string(s), " evaluates on the CPU only; valid ids on a CUDA ",

@@ -10,8 +10,9 @@
 // interpreter's order of emissions (reverse prefix order, then a non-Modi root to output 0), so sums of
 // several emissions into one output round as the interpreter's do.
 #pragma once
-#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -23,9 +24,8 @@
 namespace gprl {
 
 struct SubtreeGraph {
-  // Nodes in an order where children come first. child[3 * n + j]: the j-th argument's node (a node's
-  // first argument for the unused ones, as the interpreters pass it).
-  std::vector<uint8_t> kind;  // VAR, CONST or FUNC
+  // Nodes in an order where children come first; each is in one of the lists of its kind. child[3 * n + j]:
+  // the j-th argument's node (a node's first argument for the unused ones, as the interpreters pass it).
   std::vector<int16_t> code;  // variable index or function id
   std::vector<float> value;   // CONST
   std::vector<int32_t> child;
@@ -35,7 +35,7 @@ struct SubtreeGraph {
   std::vector<uint8_t> emit_out;
   std::vector<int32_t> emit_node;
 
-  int64_t size() const { return int64_t(kind.size()); }
+  int64_t size() const { return int64_t(code.size()); }
 };
 
 namespace subtrees_detail {
@@ -79,19 +79,12 @@ struct Table {
 
 }  // namespace subtrees_detail
 
-// The graph of trees [0, P) of a population ([P, L] tensors on the CPU, checked by check_population), or none
-// once it holds more than `max_functions` distinct function nodes. Trees are read as the interpreters read them
-// (a stack over reverse prefix order), with the same checks.
-inline std::optional<SubtreeGraph> build_subtree_graph(const at::Tensor& kind_t, const at::Tensor& code_t,
-                                                       const at::Tensor& out_t, const at::Tensor& value_t,
-                                                       const at::Tensor& size_t_, int64_t n_in, int64_t n_out,
-                                                       int64_t max_stack, size_t max_functions) {
-  const int64_t P = kind_t.size(0), L = kind_t.size(1);
-  const uint8_t* kinds = kind_t.data_ptr<uint8_t>();
-  const int16_t* codes = code_t.data_ptr<int16_t>();
-  const uint8_t* outs = out_t.data_ptr<uint8_t>();
-  const float* values = value_t.data_ptr<float>();
-  const int16_t* sizes = size_t_.data_ptr<int16_t>();
+// The graph of trees [0, P), or none once it holds more than `max_functions` distinct function nodes.
+// tree_at(t) is tree t as the CPU interpreter reads it (pointers kind, code, out, value to its nodes; len),
+// and its nodes are read the interpreter's way (a stack over reverse prefix order), with the same checks.
+template <typename TreeAt>
+std::optional<SubtreeGraph> build_subtree_graph(int64_t P, TreeAt&& tree_at, int64_t n_in, int64_t n_out,
+                                                int64_t max_stack, size_t max_functions) {
   SubtreeGraph g;
   g.emit_begin.reserve(P + 1);
   subtrees_detail::Table table;
@@ -101,9 +94,9 @@ inline std::optional<SubtreeGraph> build_subtree_graph(const at::Tensor& kind_t,
     std::memcpy(&bits, &v, 4);
     const uint64_t key0 = uint64_t(k) | uint64_t(uint16_t(c)) << 8 | uint64_t(uint32_t(a)) << 32;
     const uint64_t key1 = k == CONST ? bits : uint64_t(uint32_t(b)) | uint64_t(uint32_t(d)) << 32;
-    const int32_t n = table.find_or_add(key0, key1, int32_t(g.kind.size()));
-    if (n == int32_t(g.kind.size())) {
-      g.kind.push_back(k), g.code.push_back(c), g.value.push_back(v);
+    const int32_t n = table.find_or_add(key0, key1, int32_t(g.size()));
+    if (n == int32_t(g.size())) {
+      g.code.push_back(c), g.value.push_back(v);
       g.child.insert(g.child.end(), {a, b, d});
       (k == FUNC ? g.functions : k == CONST ? g.constants : g.variables).push_back(n);
     }
@@ -111,25 +104,21 @@ inline std::optional<SubtreeGraph> build_subtree_graph(const at::Tensor& kind_t,
   };
   g.emit_begin.push_back(0);
   for (int64_t t = 0; t < P; ++t) {
-    const int64_t o = t * L;
-    const int len = L > 0 ? sizes[o] : 0;
-    TORCH_CHECK(len >= 0 && len <= L, "gprl: tree ", std::to_string(t), " has length size[", std::to_string(t),
-                ", 0] = ", std::to_string(len), " outside [0, max_len = ", std::to_string(L),
-                "]; check it with gprl.validate");
+    const auto tree = tree_at(t);
     int sp = 0;
-    for (int i = len - 1; i >= 0; --i) {
-      const uint8_t k = kinds[o + i] & KIND_MASK;
+    for (int i = tree.len - 1; i >= 0; --i) {
+      const uint8_t k = tree.kind[i] & KIND_MASK;
       if (k == FUNC) {
-        const int fn = codes[o + i], ar = arity(fn);
+        const int fn = tree.code[i], ar = arity(fn);
         TORCH_CHECK(sp >= ar, "gprl: malformed tree (a function node lacks children); check it with gprl.validate");
         const int32_t a = stack[sp - 1], b = ar >= 2 ? stack[sp - 2] : a, c = ar >= 3 ? stack[sp - 3] : a;
         sp -= ar - 1;  // the result takes the last child's slot
         const int32_t f = node(FUNC, int16_t(fn), 0.f, a, b, c);
         if (g.functions.size() > max_functions) return std::nullopt;
-        if (kinds[o + i] & OUTPUT_FLAG) {  // Modi: emits f, passes the last child's value (its slot) up
-          TORCH_CHECK(outs[o + i] < n_out, "gprl: output index ", std::to_string(outs[o + i]), " >= n_out ",
+        if (tree.kind[i] & OUTPUT_FLAG) {  // Modi: emits f, passes the last child's value (its slot) up
+          TORCH_CHECK(tree.out[i] < n_out, "gprl: output index ", std::to_string(tree.out[i]), " >= n_out ",
                       std::to_string(n_out));
-          g.emit_out.push_back(outs[o + i]), g.emit_node.push_back(f);
+          g.emit_out.push_back(tree.out[i]), g.emit_node.push_back(f);
         } else {
           stack[sp - 1] = f;
         }
@@ -137,14 +126,14 @@ inline std::optional<SubtreeGraph> build_subtree_graph(const at::Tensor& kind_t,
       }
       TORCH_CHECK(sp < max_stack, "gprl: evaluation stack overflow (max_stack too small)");
       if (k == VAR) {
-        TORCH_CHECK(codes[o + i] >= 0 && codes[o + i] < n_in, "gprl: variable index ", std::to_string(codes[o + i]),
+        TORCH_CHECK(tree.code[i] >= 0 && tree.code[i] < n_in, "gprl: variable index ", std::to_string(tree.code[i]),
                     " >= n_in ", std::to_string(n_in));
-        stack[sp++] = node(VAR, codes[o + i], 0.f, 0, 0, 0);
+        stack[sp++] = node(VAR, tree.code[i], 0.f, 0, 0, 0);
       } else {  // CONST (PAD never lies inside a tree)
-        stack[sp++] = node(CONST, 0, values[o + i], 0, 0, 0);
+        stack[sp++] = node(CONST, 0, tree.value[i], 0, 0, 0);
       }
     }
-    if (len > 0 && !(kinds[o] & OUTPUT_FLAG)) g.emit_out.push_back(0), g.emit_node.push_back(stack[0]);
+    if (tree.len > 0 && !(tree.kind[0] & OUTPUT_FLAG)) g.emit_out.push_back(0), g.emit_node.push_back(stack[0]);
     g.emit_begin.push_back(int64_t(g.emit_out.size()));
   }
   return g;
