@@ -143,8 +143,10 @@ def test_draws_over_two_processes_give_the_one_process_result(tmp_path):
 
 # share 0: 3 iterations whatever the clock (the backend default's share would bound them by the evolution's
 # time, which a loaded machine makes differ between the two runs)
-@pytest.mark.parametrize("refine_cfg", ["{share: 0, iterations: 3, pairs: 7}",
-                                        "{share: 0, iterations: 3, pairs: 7, target: constants, episodes: 2}"])
+REFINE_3 = "share: 0, iterations: 3, pairs: 7"
+
+
+@pytest.mark.parametrize("refine_cfg", [f"{{{REFINE_3}}}", f"{{{REFINE_3}, target: constants, episodes: 2}}"])
 def test_refinement_over_two_processes_gives_the_one_process_result(tmp_path, refine_cfg):
     """task.refine's 7 pairs (14 rows: 7 a rank, each of 1 or 2 episodes) play on both ranks; the refined tree
     is the one process's."""
